@@ -10,6 +10,10 @@ Input layout (written by the grader, mounted read-only): ``/grader/inputs/<check
 ``{"array": "case0_arg1.npy"}``, ``{"value": <json>}`` or ``{"callable": name, "arrays": {...}}``.
 Output layout: ``/submission/.grader-outputs/<check>/case<i>_out<j>.npy`` for each returned value, or
 ``case<i>.error.txt`` with the exception the function raised.
+
+Plain data (strings, lists, tuples, dicts: what a tokenizer takes and returns) crosses the boundary as JSON in
+the tagged form of :func:`to_data`: an argument ``{"data": ...}``, and, when the spec says ``"output": "data"``,
+the whole return value in ``case<i>_out.json`` instead of ``.npy`` files.
 """
 
 import json
@@ -48,11 +52,52 @@ CALLABLES = {
 }
 
 
+def to_data(value):
+    """Plain Python data -> JSON that :func:`from_data` turns back into the same value: tuples become
+    ``{"tuple": [...]}`` and dicts ``{"dict": [[key, value], ...]}`` (keys of any plain type, order kept);
+    NumPy scalars and arrays become numbers and lists. ``to_data({("e", "s"): 9}) == {"dict": [[{"tuple":
+    ["e", "s"]}, 9]]}``. Anything else raises TypeError."""
+    if value is None or type(value) in (bool, int, float, str):
+        return value
+    if isinstance(value, np.ndarray):
+        return to_data(value.tolist())
+    if isinstance(value, np.generic):
+        return to_data(value.item())
+    if isinstance(value, tuple):
+        return {"tuple": [to_data(v) for v in value]}
+    if isinstance(value, list):
+        return [to_data(v) for v in value]
+    if isinstance(value, dict):
+        return {"dict": [[to_data(k), to_data(v)] for k, v in value.items()]}
+    for kind in (bool, int, float, str):  # subclasses (IntEnum, str subclasses, ...) as their base value
+        if isinstance(value, kind):
+            return kind(value)
+    raise TypeError(f"returned a value of type {type(value).__name__}; expected plain data "
+                    "(str, int, float, bool, None, list, tuple, dict)")
+
+
+def from_data(data):
+    """The inverse of :func:`to_data`; ValueError or TypeError for JSON that it cannot have written."""
+    if isinstance(data, list):
+        return [from_data(v) for v in data]
+    if isinstance(data, dict):
+        if list(data) == ["tuple"] and isinstance(data["tuple"], list):
+            return tuple(from_data(v) for v in data["tuple"])
+        if list(data) == ["dict"] and isinstance(data["dict"], list):
+            if not all(isinstance(kv, list) and len(kv) == 2 for kv in data["dict"]):
+                raise ValueError("a tagged dict must hold [key, value] pairs")
+            return {from_data(k): from_data(v) for k, v in data["dict"]}
+        raise ValueError("a JSON object must be a tagged tuple or dict")
+    return data
+
+
 def _argument(spec, folder):
     if "array" in spec:
         return np.load(os.path.join(folder, spec["array"]), allow_pickle=False)
     if "value" in spec:
         return spec["value"]
+    if "data" in spec:
+        return from_data(spec["data"])
     arrays = {name: np.load(os.path.join(folder, file), allow_pickle=False) for name, file in spec["arrays"].items()}
     return CALLABLES[spec["callable"]](arrays)
 
@@ -87,6 +132,11 @@ def capture(check_id):
             args = [_argument(a, folder) for a in case["args"]]
             kwargs = {k: _argument(a, folder) for k, a in case["kwargs"].items()}
             result = function(*args, **kwargs)
+            if spec.get("output") == "data":
+                text = json.dumps(to_data(result))
+                with open(os.path.join(out, f"case{i}_out.json"), "w", encoding="utf-8") as f:
+                    f.write(text)
+                continue
             values = result if isinstance(result, tuple) else (result,)
             arrays = [_as_plain_array(v) for v in values]
             for j, array in enumerate(arrays):

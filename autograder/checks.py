@@ -15,10 +15,12 @@ from typing import Any, Callable
 
 import numpy as np
 
-from autograder.compare import compare_arrays
+from autograder.capture import from_data, to_data
+from autograder.compare import compare_arrays, compare_data
 from autograder.sandbox import read_result_file
 
 MAX_OUTPUT_BYTES = 64 * 2**20  # one captured array; larger files are rejected unread
+MAX_DATA_BYTES = 4 * 2**20  # one captured plain-data result (JSON)
 OUTPUTS = ".grader-outputs"  # capture.OUTPUTS, relative to the submission folder
 
 
@@ -51,13 +53,17 @@ class Case:
 @dataclass
 class Check:
     """One graded test cell: ``cases(rng)`` builds fresh inputs; ``reference(*args, **kwargs)`` returns the
-    expected value (an array, or a tuple of arrays when the student's function returns a tuple)."""
+    expected value (an array, or a tuple of arrays when the student's function returns a tuple).
+
+    ``output="data"``: the function returns plain data (strings, numbers, lists, tuples, dicts, as a tokenizer
+    does), captured as JSON and compared by ``compare_data`` (numbers within ``rtol``/``atol``)."""
 
     function: str
     cases: Callable[[np.random.Generator], list[Case]]
     reference: Callable[..., Any]
     rtol: float = 1e-6
     atol: float = 1e-8
+    output: str = "arrays"  # or "data"
 
 
 @dataclass
@@ -66,7 +72,13 @@ class CheckResult:
     message: str
 
 
-def write_inputs(check_id: str, function: str, cases: list[Case], root: Path) -> None:
+def _has_tuple_or_dict(value) -> bool:
+    if isinstance(value, (tuple, dict)):
+        return True
+    return isinstance(value, list) and any(_has_tuple_or_dict(v) for v in value)
+
+
+def write_inputs(check_id: str, function: str, cases: list[Case], root: Path, output: str = "arrays") -> None:
     """Write ``root/<check_id>/spec.json`` and the ``.npy`` arrays the capture harness reads."""
     folder = root / check_id
     folder.mkdir(parents=True)
@@ -81,9 +93,12 @@ def write_inputs(check_id: str, function: str, cases: list[Case], root: Path) ->
                 np.save(folder / f"{name}_{key}.npy", np.asarray(array), allow_pickle=False)
                 files[key] = f"{name}_{key}.npy"
             return {"callable": value.name, "arrays": files}
+        if _has_tuple_or_dict(value):
+            return {"data": to_data(value)}  # JSON alone would turn tuples into lists and lose tuple keys
         return {"value": value}
 
     spec = {
+        "output": output,
         "function": function,
         "cases": [
             {
@@ -111,6 +126,18 @@ def load_output(workdir: Path, relative: str) -> np.ndarray | None:
     return array
 
 
+def load_data_output(workdir: Path, relative: str):
+    """A captured JSON result decoded by ``from_data``; ``(False, None)`` if it is missing, too large or
+    malformed, else ``(True, value)``."""
+    raw = read_result_file(workdir, relative, MAX_DATA_BYTES)
+    if raw is None:
+        return False, None
+    try:
+        return True, from_data(json.loads(raw.decode("utf-8")))
+    except (ValueError, TypeError, RecursionError):
+        return False, None
+
+
 def judge(check: Check, check_id: str, cases: list[Case], workdir: Path, trusted_callables: dict) -> CheckResult:
     """Compare every case's captured output (under ``workdir/.grader-outputs/<check_id>/``) with the
     reference; the first failing case explains the verdict."""
@@ -123,6 +150,14 @@ def judge(check: Check, check_id: str, cases: list[Case], workdir: Path, trusted
         args = [trusted_callables[a.name](a.arrays) if isinstance(a, CallableArg) else a for a in case.args]
         kwargs = {k: trusted_callables[v.name](v.arrays) if isinstance(v, CallableArg) else v for k, v in case.kwargs.items()}
         expected = check.reference(*args, **kwargs)
+        if check.output == "data":
+            found, got = load_data_output(workdir, f"{folder}/case{i}_out.json")
+            if not found:
+                return CheckResult(False, f"{label}: the grader received no result (did the notebook stop before this test?)")
+            problem = compare_data(got, expected, label, check.rtol, check.atol)
+            if problem:
+                return CheckResult(False, problem)
+            continue
         expected = expected if isinstance(expected, tuple) else (expected,)
         for j, exp in enumerate(expected):
             got = load_output(workdir, f"{folder}/case{i}_out{j}.npy")

@@ -6,6 +6,8 @@ the index and size of the largest error.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 
@@ -44,3 +46,76 @@ def compare_arrays(actual: np.ndarray, expected: np.ndarray, what: str, rtol: fl
             f"at index {worst} (expected {expected[worst]:.6g}, got {actual[worst]:.6g})"
         )
     return None
+
+
+def _short(value, limit: int = 200) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _kind(value) -> str:
+    if isinstance(value, bool):
+        return "a bool"
+    if isinstance(value, (int, float)):
+        return "a number"
+    if isinstance(value, (list, tuple)):
+        return "a list/tuple"
+    return {str: "a string", dict: "a dict", type(None): "None"}.get(type(value), type(value).__name__)
+
+
+def _data_difference(actual, expected, rtol: float, atol: float, where: list[str]) -> str | None:
+    at = f"{', '.join(where)}: " if where else ""
+    if _kind(actual) != _kind(expected):
+        def show(v):
+            return "None" if v is None else f"{_kind(v)} {_short(v)}"
+        return f"{at}expected {show(expected)}, got {show(actual)}"
+    if isinstance(expected, dict):
+        missing = [k for k in expected if k not in actual]
+        extra = [k for k in actual if k not in expected]
+        if missing or extra:
+            parts = []
+            if missing:
+                parts.append(f"{len(missing)} expected key(s) missing, e.g. {_short(missing[0], 80)} "
+                             f"(expected value {_short(expected[missing[0]], 80)})")
+            if extra:
+                parts.append(f"{len(extra)} unexpected key(s), e.g. {_short(extra[0], 80)} "
+                             f"(value {_short(actual[extra[0]], 80)})")
+            return at + "; ".join(parts)
+        for key, value in expected.items():
+            problem = _data_difference(actual[key], value, rtol, atol, where + [f"key {_short(key, 80)}"])
+            if problem:
+                return problem
+        return None
+    if isinstance(expected, (list, tuple)):
+        if len(actual) != len(expected):
+            return f"{at}expected {len(expected)} item(s) {_short(expected)}, got {len(actual)} {_short(actual)}"
+        for j, (a, e) in enumerate(zip(actual, expected)):
+            if _data_difference(a, e, rtol, atol, []) is None:
+                continue
+            if isinstance(e, dict) or (isinstance(e, (list, tuple)) and any(isinstance(x, (list, tuple, dict)) for x in e)):
+                return _data_difference(a, e, rtol, atol, where + [f"item {j}"])  # nested: find the exact spot
+            whole = f" (in full: expected {_short(expected)}, got {_short(actual)})" if len(repr(expected)) <= 200 else ""
+            return f"{', '.join(where + [f'item {j}'])}: expected {_short(e, 80)}, got {_short(a, 80)}{whole}"
+        return None
+    if isinstance(expected, (int, float)) and not isinstance(expected, bool):
+        e, a = float(expected), float(actual)
+        same = a == e if math.isinf(e) or math.isinf(a) else abs(a - e) <= atol + rtol * abs(e)
+        return None if same else f"{at}expected {expected!r}, got {actual!r}"
+    return None if actual == expected else f"{at}expected {_short(expected)}, got {_short(actual)}"
+
+
+def compare_data(actual, expected, what: str, rtol: float, atol: float) -> str | None:
+    """``None`` when ``actual`` equals ``expected`` as plain data (strings, bools, None exactly; numbers within
+    ``atol + rtol * |expected|``, NaN never; lists and tuples interchangeable; dicts by key, in any order), else
+    a message naming the first difference, e.g. ``"...: item 2: expected ('e', 's'), got ('s', 't')"``."""
+    try:
+        if isinstance(expected, tuple) and len(expected) > 1 and isinstance(actual, (list, tuple)) and len(actual) == len(expected):
+            for j, (a, e) in enumerate(zip(actual, expected)):  # several returned values: name which one is wrong
+                problem = _data_difference(a, e, rtol, atol, [f"returned value {j + 1}"])
+                if problem:
+                    return f"{what}: {problem}"
+            return None
+        problem = _data_difference(actual, expected, rtol, atol, [])
+    except (OverflowError, RecursionError, ValueError, TypeError) as err:  # e.g. an int too large for a float
+        return f"{what}: the result could not be compared with the expected value ({type(err).__name__})"
+    return f"{what}: {problem}" if problem else None

@@ -177,7 +177,7 @@ def grade_one(assignment: str, student: str, source: Path, options: Options) -> 
         for item in template.auto_items:
             check = module.CHECKS[item.grade_id]
             cases[item.grade_id] = check.cases(_case_rng(options.seed, student, item.grade_id))
-            write_inputs(item.grade_id, check.function, cases[item.grade_id], inputs)
+            write_inputs(item.grade_id, check.function, cases[item.grade_id], inputs, check.output)
         limits = Limits(wall_seconds=options.notebook_timeout, cpu_seconds=int(options.notebook_timeout) + 30,
                         memory_mb=options.memory_mb)
         sandbox = run_sandboxed(

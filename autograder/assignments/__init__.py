@@ -6,6 +6,7 @@ import importlib
 ASSIGNMENTS = {
     "ps1-attention": "autograder.assignments.ps1_attention",
     "ps2-positions": "autograder.assignments.ps2_positions",
+    "ps3-tokenizers": "autograder.assignments.ps3_tokenizers",
     "ps4-decoding": "autograder.assignments.ps4_decoding",
 }
 

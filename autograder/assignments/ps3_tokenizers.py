@@ -1,0 +1,283 @@
+"""Trusted checks of ps3-tokenizers: fresh inputs for every hidden test cell, llmarch as the reference.
+
+The keys of ``CHECKS`` are the ``grade_id`` of the test cells in ``solutions/ps3-tokenizers/ps3-tokenizers.ipynb``.
+Inputs and outputs are plain data (strings, dicts, lists of pairs), so every check has ``output="data"``.
+
+Conventions the notebook states and these references follow:
+
+- classic BPE with ``</w>`` as a separate symbol; ties between equally frequent pairs go to the pair seen first,
+  scanning the words in the dict's order and each word left to right (``train_bpe_words``, ``tie_break="first"``);
+- WordPiece: greedy longest match first, ``##`` continuation pieces, a word that cannot be segmented or is longer
+  than ``max_chars`` becomes ``[unk]`` (``WordPieceTokenizer``);
+- Viterbi: among equally good segmentations of a prefix, the one whose last piece is longest
+  (``UnigramTokenizer.viterbi``). ``test_viterbi`` uses inputs whose best segmentation beats the second best by
+  a clear margin, so rounding cannot decide it; ``test_viterbi_ties`` uses log-probabilities that are
+  multiples of 1/2, whose sums are exact, and makes sure ties happen.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+
+from autograder.checks import Case, Check
+from llmarch.tokenizers import (
+    END_OF_WORD,
+    UnigramTokenizer,
+    WordPieceTokenizer,
+    _merge_symbols,
+    bpe_segment_word,
+    train_bpe_words,
+)
+
+NOTEBOOK = "ps3-tokenizers.ipynb"
+TRUSTED_CALLABLES: dict = {}
+
+
+# ---- references
+
+
+def ref_pair_stats(vocab):
+    """The definition: every adjacent pair of symbols of every word, weighted by the word's count."""
+    stats = {}
+    for word, count in vocab.items():
+        symbols = word.split()
+        for pair in zip(symbols, symbols[1:]):
+            stats[pair] = stats.get(pair, 0) + count
+    return stats
+
+
+def ref_merge_pair(pair, vocab):
+    a, b = pair
+    return {" ".join(_merge_symbols(word.split(), a, b, a + b)): count for word, count in vocab.items()}
+
+
+def ref_train_bpe(word_counts, num_merges):
+    return train_bpe_words(word_counts, num_merges)
+
+
+def ref_bpe_segment(word, merges):
+    return bpe_segment_word(word, merges)
+
+
+def ref_wordpiece(word, vocab, unk="[UNK]", max_chars=100):
+    tokenizer = WordPieceTokenizer(list(vocab), unk_token=unk, max_input_chars_per_word=max_chars)
+    return tokenizer.tokenize(word)  # the words are letters only, so BERT's pre-tokeniser keeps them whole
+
+
+def ref_viterbi(word, log_probs):
+    return UnigramTokenizer.from_pieces(log_probs).viterbi(word)
+
+
+# ---- inputs
+
+
+def _letters(rng, k):
+    return [str(c) for c in rng.choice(list("abcdefghijklmnoprstuvwy"), size=k, replace=False)]
+
+
+def _word(rng, alphabet, lo, hi):
+    return "".join(str(c) for c in rng.choice(alphabet, size=int(rng.integers(lo, hi + 1))))
+
+
+def _corpus(rng, alphabet, n_words, max_len=7, max_count=20):
+    """A dict {word: count} of distinct words, in random order (the order decides ties)."""
+    words = {}
+    while len(words) < n_words:
+        words.setdefault(_word(rng, alphabet, 1, max_len), int(rng.integers(1, max_count + 1)))
+    return words
+
+
+def _bpe_state(word_counts, merges):
+    """The vocab of training after the given merges: {"l o w </w>": 5, ...}."""
+    vocab = {}
+    for word, count in word_counts.items():
+        symbols = [*word, END_OF_WORD]
+        for a, b in merges:
+            symbols = _merge_symbols(symbols, a, b, a + b)
+        vocab[" ".join(symbols)] = count
+    return vocab
+
+
+def _pair_stats_cases(rng):
+    cases = []
+    for n_merges in (0, int(rng.integers(2, 6))):
+        corpus = _corpus(rng, _letters(rng, int(rng.integers(3, 6))), int(rng.integers(4, 8)), max_len=6)
+        cases.append(Case((_bpe_state(corpus, train_bpe_words(corpus, n_merges)),)))
+    # merges learned on the first two words only: those become single symbols (no pairs), the others do not
+    corpus = _corpus(rng, _letters(rng, 3), 5, max_len=5)
+    cases.append(Case((_bpe_state(corpus, train_bpe_words(dict(list(corpus.items())[:2]), 20)),)))
+    return cases
+
+
+def _boundary_vocab(rng):
+    """Symbols that end with the pair's first symbol or start with its second: string replacement gets them wrong."""
+    p, q, r = _letters(rng, 3)
+    vocab = {f"{p}{q} {r} {END_OF_WORD}": 3, f"{q} {r} {p} {END_OF_WORD}": 2, f"{p} {q}{r} {q} {r} {END_OF_WORD}": 4,
+             f"{q} {r}{p} {END_OF_WORD}": 1, f"{r} {q} {q} {q} {r} {END_OF_WORD}": 5}
+    return (q, r), vocab
+
+
+def _merge_pair_cases(rng):
+    cases = []
+    corpus = _corpus(rng, _letters(rng, 4), 6)
+    vocab = _bpe_state(corpus, train_bpe_words(corpus, int(rng.integers(0, 5))))
+    pairs = list(ref_pair_stats(vocab))
+    cases.append(Case((pairs[int(rng.integers(len(pairs)))], vocab)))  # any pair present, not only the best
+    cases.append(Case(_boundary_vocab(rng)))
+    a = _letters(rng, 1)[0]
+    repeats = {" ".join([a] * int(k) + [END_OF_WORD]): int(c) for k, c in zip((2, 3, 4, 5), rng.integers(1, 9, 4))}
+    cases.append(Case(((a, a), repeats)))  # a a a -> aa a: left to right, no overlaps
+    cases.append(Case((("q", "z"), vocab)))  # a pair that does not occur: nothing changes
+    return cases
+
+
+def _train_bpe_cases(rng):
+    cases = []
+    for _ in range(2):
+        corpus = _corpus(rng, _letters(rng, int(rng.integers(4, 7))), int(rng.integers(5, 9)))
+        cases.append(Case((corpus, int(rng.integers(5, 16)))))
+    return cases
+
+
+def _train_bpe_ties_cases(rng):
+    """Few letters and equal counts: many pairs tie, and the order of the words decides."""
+    alphabet = _letters(rng, 2)
+    corpus = _corpus(rng, alphabet, 5, max_len=5, max_count=1)
+    flipped = dict(reversed(list(corpus.items())))  # the same counts in the opposite order
+    small = _corpus(rng, _letters(rng, 3), 2, max_len=3, max_count=3)
+    return [Case((corpus, 8)), Case((flipped, 8)), Case((small, 30)), Case((small, 0))]  # 30: stops early
+
+
+def _bpe_segment_cases(rng):
+    alphabet = _letters(rng, 5)
+    corpus = _corpus(rng, alphabet[:4], 8)
+    merges = train_bpe_words(corpus, int(rng.integers(8, 20)))
+    seen = list(corpus)[int(rng.integers(len(corpus)))]
+    words = [seen, _word(rng, alphabet[:4], 4, 9), _word(rng, alphabet[:4], 6, 10), alphabet[4] + seen]
+    return [Case((w, merges)) for w in words]
+
+
+def _wordpiece_vocab(rng, alphabet, unk, drop=()):
+    """Every letter (as a first piece and as ##piece, except those in ``drop``) plus random pieces of random words."""
+    vocab = [unk] + [c for c in alphabet if c not in drop] + ["##" + c for c in alphabet if c not in drop]
+    for _ in range(12):
+        w = _word(rng, alphabet, 3, 7)
+        s = int(rng.integers(0, len(w) - 1))
+        e = int(rng.integers(s + 2, len(w) + 1))
+        piece = w[s:e] if rng.random() < 0.4 else "##" + w[s:e]
+        if not any(c in drop for c in w[s:e]) and piece not in vocab:
+            vocab.append(piece)
+    return [vocab[0]] + [vocab[i] for i in rng.permutation(np.arange(1, len(vocab)))]
+
+
+def _wordpiece_cases(rng):
+    alphabet = _letters(rng, 4)
+    vocab = _wordpiece_vocab(rng, alphabet, "[UNK]")
+    cases = [Case((_word(rng, alphabet, 2, 9), vocab)) for _ in range(3)]
+    cases.append(Case((_word(rng, alphabet, 3, 8), vocab), {"unk": "[UNK]", "max_chars": 20}))
+    return cases
+
+
+def _wordpiece_unknown_cases(rng):
+    alphabet = _letters(rng, 5)
+    missing = alphabet[4]
+    vocab = _wordpiece_vocab(rng, alphabet, "<unk>", drop=(missing,))
+    w = _word(rng, alphabet[:4], 3, 6)
+    p, q, r = alphabet[:3]
+    trap = ["[UNK]", p + q, p, "##" + q + r, "##" + r]  # greedy takes pq (not p), then ##r
+    trap2 = ["[UNK]", p + q, p, "##" + q + r]  # greedy takes pq, then r cannot continue: [UNK] (p ##qr existed)
+    long_word = _word(rng, alphabet[:4], 7, 9)
+    return [
+        Case((w[:2] + missing + w[2:], vocab), {"unk": "<unk>"}),  # one unknown letter: the whole word
+        Case((p + q + r, trap)),
+        Case((p + q + r, trap2)),
+        Case((long_word, vocab), {"unk": "<unk>", "max_chars": len(long_word) - 1}),  # too long
+        Case((long_word, vocab), {"unk": "<unk>", "max_chars": len(long_word)}),  # just short enough
+    ]
+
+
+def _segmentations(word):
+    for cuts in itertools.product((False, True), repeat=len(word) - 1):
+        pieces, start = [], 0
+        for k, cut in enumerate(cuts, start=1):
+            if cut:
+                pieces.append(word[start:k])
+                start = k
+        yield pieces + [word[start:]]
+
+
+def _scores(word, log_probs):
+    return sorted((sum(log_probs[p] for p in seg) for seg in _segmentations(word)
+                   if all(p in log_probs for p in seg)), reverse=True)
+
+
+def _unigram_pieces(rng, alphabet, letter_values, piece_values):
+    """Every letter and ten random longer pieces. Long pieces may be improbable, so fewest pieces is not always best."""
+    pieces = {c: float(rng.choice(letter_values)) for c in alphabet}
+    for _ in range(10):
+        pieces.setdefault(_word(rng, alphabet, 2, 5), float(rng.choice(piece_values)))
+    return pieces
+
+
+def _unigram_word(rng, pieces, max_len=10):
+    """Pieces and letters glued together, so that long pieces matter; at most ``max_len`` letters."""
+    multi = [p for p in pieces if len(p) > 1]
+    letters = [p for p in pieces if len(p) == 1]
+    word = ""
+    while len(word) < 3 or rng.random() < 0.7:
+        part = multi[int(rng.integers(len(multi)))] if rng.random() < 0.6 else letters[int(rng.integers(len(letters)))]
+        if len(word) + len(part) > max_len:
+            break
+        word += part
+    return word
+
+
+def _viterbi_cases(rng):
+    """Continuous log-probabilities; the best segmentation wins by at least 1e-3, so rounding cannot matter."""
+    cases = []
+    while len(cases) < 4:
+        alphabet = _letters(rng, 3)
+        log_probs = _unigram_pieces(rng, alphabet, np.round(-rng.uniform(0.5, 2.5, 20), 2),
+                                    np.round(-rng.uniform(1.0, 8.0, 20), 2))
+        word = _unigram_word(rng, log_probs)
+        scores = _scores(word, log_probs)
+        if len(scores) == 1 or scores[0] - scores[1] > 1e-3:
+            cases.append(Case((word, log_probs)))
+    return cases
+
+
+def _viterbi_ties_cases(rng):
+    """Log-probabilities that are multiples of 1/2 (exact sums): at least two cases have several best segmentations."""
+    cases, tied = [], 0
+    while len(cases) < 4:
+        alphabet = _letters(rng, 3)
+        log_probs = _unigram_pieces(rng, alphabet, [-1.0, -1.5, -2.0], [-1.5, -2.0, -2.5, -3.0, -3.5, -4.0])
+        word = _unigram_word(rng, log_probs)
+        scores = _scores(word, log_probs)
+        has_tie = len(scores) > 1 and scores[0] == scores[1]
+        if has_tie or tied >= 2:
+            tied += has_tie
+            cases.append(Case((word, log_probs)))
+    return cases
+
+
+def _data(function, cases, reference, **tolerance):
+    return Check(function, cases, reference, output="data", **tolerance)
+
+
+EXACT = {"rtol": 0.0, "atol": 0.0}
+
+CHECKS = {
+    "test_pair_stats": _data("get_pair_stats", _pair_stats_cases, ref_pair_stats, **EXACT),
+    "test_merge_pair": _data("merge_pair", _merge_pair_cases, ref_merge_pair, **EXACT),
+    "test_train_bpe": _data("train_bpe", _train_bpe_cases, ref_train_bpe, **EXACT),
+    "test_train_bpe_ties": _data("train_bpe", _train_bpe_ties_cases, ref_train_bpe, **EXACT),
+    "test_bpe_segment": _data("bpe_segment", _bpe_segment_cases, ref_bpe_segment, **EXACT),
+    "test_wordpiece": _data("wordpiece_encode", _wordpiece_cases, ref_wordpiece, **EXACT),
+    "test_wordpiece_unknown": _data("wordpiece_encode", _wordpiece_unknown_cases, ref_wordpiece, **EXACT),
+    # the total is a sum of floats: the order of additions may differ from the reference's
+    "test_viterbi": _data("viterbi_segment", _viterbi_cases, ref_viterbi, rtol=1e-9, atol=1e-9),
+    "test_viterbi_ties": _data("viterbi_segment", _viterbi_ties_cases, ref_viterbi, rtol=1e-9, atol=1e-9),
+}
