@@ -281,7 +281,8 @@ def test_parallel_grading_equals_sequential(graded, tmp_path):
         assert row == rows[name], name
 
 
-@pytest.mark.parametrize("assignment,full", [("ps2-positions", 13), ("ps3-tokenizers", 16), ("ps4-decoding", 11)])
+@pytest.mark.parametrize("assignment,full", [("ps2-positions", 13), ("ps3-tokenizers", 16), ("ps4-decoding", 11),
+                                             ("ps5-efficient", 18)])
 def test_other_assignments_score_full_marks_and_zero(assignment, full, tmp_path):
     notebook = f"{assignment}.ipynb"
     subs = tmp_path / "subs"

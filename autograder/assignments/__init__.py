@@ -8,6 +8,7 @@ ASSIGNMENTS = {
     "ps2-positions": "autograder.assignments.ps2_positions",
     "ps3-tokenizers": "autograder.assignments.ps3_tokenizers",
     "ps4-decoding": "autograder.assignments.ps4_decoding",
+    "ps5-efficient": "autograder.assignments.ps5_efficient",
 }
 
 

@@ -1,0 +1,233 @@
+"""Trusted checks of ps5-efficient: fresh inputs for every hidden test cell, llmarch as the reference.
+
+The keys of ``CHECKS`` are the ``grade_id`` of the test cells in ``solutions/ps5-efficient/ps5-efficient.ipynb``.
+The softmax statistics (running maximum and sum) have no llmarch function of their own; their reference is the
+definition, computed with torch on the prefix of the row (not block by block, so it cannot share a mistake with
+an online implementation).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from autograder.checks import Case, Check
+from llmarch.attention import causal_mask, scaled_dot_product_attention, softmax
+from llmarch.efficient import attention, sliding_window_mask
+
+NOTEBOOK = "ps5-efficient.ipynb"
+TRUSTED_CALLABLES: dict = {}
+
+
+def _t(x):
+    return torch.as_tensor(np.asarray(x), dtype=torch.float64)
+
+
+def _stats(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(max, sum exp(x - max)) along the last axis; (-inf, 0) for a row with no finite entry."""
+    m = x.amax(dim=-1)
+    safe = torch.where(torch.isfinite(m), m, torch.zeros_like(m))
+    return m, torch.exp(x - safe[..., None]).sum(dim=-1)
+
+
+# --- references ---------------------------------------------------------------------------------------------
+
+
+def ref_window(T, w, causal=True):
+    return sliding_window_mask(int(T), int(w), causal=bool(causal)).numpy()
+
+
+def ref_merge(m1, l1, m2, l2):
+    """The statistics of the union, through log-sum-exp: log l = logaddexp(m1 + log l1, m2 + log l2) - m."""
+    m1, l1, m2, l2 = (_t(a) for a in (m1, l1, m2, l2))
+    m = torch.maximum(m1, m2)
+    lse = torch.logaddexp(m1 + torch.log(l1), m2 + torch.log(l2))
+    l = torch.where(torch.isfinite(m), torch.exp(lse - torch.where(torch.isfinite(m), m, torch.zeros_like(m))),
+                    torch.zeros_like(m))
+    return m.numpy(), l.numpy()
+
+
+def ref_online_softmax(x, block_size):
+    x = _t(x)
+    n, bs = x.shape[-1], int(block_size)
+    prefixes = [_stats(x[..., : min(end, n)]) for end in range(bs, n + bs, bs)]
+    m_run = torch.stack([m for m, _ in prefixes], dim=-1)
+    l_run = torch.stack([l for _, l in prefixes], dim=-1)
+    return softmax(x, dim=-1).numpy(), m_run.numpy(), l_run.numpy()
+
+
+def ref_tiled(q, k, v, block_size, is_causal=False):
+    q, k, v = _t(q), _t(k), _t(v)
+    out = scaled_dot_product_attention(q, k, v, is_causal=bool(is_causal))
+    scores = q @ k.transpose(-2, -1) / np.sqrt(q.shape[-1])
+    if is_causal:
+        scores = scores.masked_fill(~causal_mask(q.shape[-2], k.shape[-2]), float("-inf"))
+    return out.numpy(), torch.logsumexp(scores, dim=-1).numpy()
+
+
+def ref_gqa(q, k, v, is_causal=False):
+    return attention(_t(q), _t(k), _t(v), is_causal=bool(is_causal), backend="reference").numpy()
+
+
+def ref_decode(q, k_new, v_new, k_cache, v_cache):
+    keys = torch.cat([_t(k_cache), _t(k_new)], dim=-2)
+    values = torch.cat([_t(v_cache), _t(v_new)], dim=-2)
+    t_new, t_all = q.shape[-2], keys.shape[-2]
+    mask = causal_mask(t_new, t_all, offset=t_all - t_new)  # bottom-right: new token i is at position t_past + i
+    out = attention(_t(q), keys, values, mask=mask, backend="reference")
+    return out.numpy(), keys.numpy(), values.numpy()
+
+
+# --- fresh inputs -------------------------------------------------------------------------------------------
+
+
+def _window_causal(rng):
+    T = int(rng.integers(5, 13))
+    return [
+        Case((T, int(rng.integers(2, T - 1)))),
+        Case((T, 1)),
+        Case((T, T), {"causal": True}),
+        Case((T, T + int(rng.integers(1, 6)))),
+        Case((1, int(rng.integers(1, 4)))),
+        Case((int(rng.integers(6, 13)), int(rng.integers(2, 6))), {"causal": True}),
+    ]
+
+
+def _window_bidirectional(rng):
+    T = int(rng.integers(6, 13))
+    odd, even = 2 * int(rng.integers(1, 3)) + 1, 2 * int(rng.integers(1, 3))
+    return [Case((T, w), {"causal": False}) for w in (odd, even, 1, 2 * T + int(rng.integers(0, 3)))]
+
+
+def _block_stats(rng, rows, scale=3.0, offset=0.0):
+    x = rng.normal(size=(rows, int(rng.integers(1, 6)))) * scale + offset
+    m = x.max(axis=1)
+    return m, np.exp(x - m[:, None]).sum(axis=1)
+
+
+def _merge_stats(rng):
+    rows = int(rng.integers(3, 7))
+    (m1, l1), (m2, l2) = _block_stats(rng, rows), _block_stats(rng, rows)
+    (a1, b1), (a2, b2) = _block_stats(rng, 6), _block_stats(rng, 6)
+    return [Case((m1, l1, m2, l2)), Case((a1.reshape(2, 3), b1.reshape(2, 3), a2.reshape(2, 3), b2.reshape(2, 3)))]
+
+
+def _merge_extremes(rng):
+    rows = 8
+    big = [_block_stats(rng, rows, offset=sign * 1e4) for sign in (1, 1, -1, -1)]
+    (m1, l1), (m2, l2) = _block_stats(rng, rows), _block_stats(rng, rows)
+    empty1, empty2 = rng.random(rows) < 0.4, rng.random(rows) < 0.4
+    empty1[0] = empty2[0] = True  # row 0: two empty blocks
+    m1, l1 = np.where(empty1, -np.inf, m1), np.where(empty1, 0.0, l1)
+    m2, l2 = np.where(empty2, -np.inf, m2), np.where(empty2, 0.0, l2)
+    return [Case((*big[0], *big[1])), Case((*big[2], *big[3])), Case((m1, l1, m2, l2))]
+
+
+def _online_softmax(rng):
+    n = int(rng.integers(7, 20))
+    bs = int(rng.integers(2, n - 1))
+    bs = bs + 1 if n % bs == 0 else bs  # a shorter last block
+    x2 = rng.normal(size=(int(rng.integers(2, 5)), n)) * 2
+    return [
+        Case((rng.normal(size=n) * 2, bs)),
+        Case((x2, 1)),
+        Case((x2, n + int(rng.integers(0, 5)))),
+        Case((rng.normal(size=(2, 3, n)), int(rng.integers(2, 5)))),
+    ]
+
+
+def _online_softmax_extremes(rng):
+    n, bs = int(rng.integers(9, 16)), int(rng.integers(2, 4))
+    rows = 4
+    ramp = np.cumsum(rng.uniform(100, 400, size=(rows, n)), axis=1)  # the maximum grows by far more than 709
+    x = 1e4 + ramp + rng.normal(size=(rows, n))
+    x[:, :bs] = -np.inf  # a fully masked first block
+    x[rng.random((rows, n)) < 0.2] = -np.inf  # scattered masked entries
+    x[:, -1] = 1e4 + ramp[:, -1]  # every row keeps a finite entry
+    low = -1e4 + rng.normal(size=(3, n)) * 5  # everything underflows without the shift
+    return [Case((x, bs)), Case((low, int(rng.integers(2, 5))))]
+
+
+def _tiled_full(rng):
+    b, h = (int(s) for s in rng.integers(1, 4, size=2))
+    t_q, t_k, d, d_v = int(rng.integers(3, 9)), int(rng.integers(9, 20)), int(rng.integers(2, 7)), int(rng.integers(1, 6))
+    bs = int(rng.integers(2, t_k - 1))
+    bs = bs + 1 if t_k % bs == 0 else bs
+    q, k, v = rng.normal(size=(b, h, t_q, d)), rng.normal(size=(b, h, t_k, d)), rng.normal(size=(b, h, t_k, d_v))
+    return [
+        Case((q, k, v, bs)),
+        Case((q, k, v, 1)),
+        Case((q, k, v, t_k + int(rng.integers(0, 10)))),
+        Case((q[0, 0], k[0, 0], v[0, 0], bs), {"is_causal": False}),
+        Case((q * 30, k * 30, v, int(rng.integers(2, 5)))),  # scores in the hundreds and thousands
+    ]
+
+
+def _tiled_causal(rng):
+    t = int(rng.integers(9, 20))
+    bs = int(rng.integers(2, 6))
+    bs = bs + 1 if t % bs == 0 else bs
+    q, k, v = rng.normal(size=(2, 2, t, 4)), rng.normal(size=(2, 2, t, 4)), rng.normal(size=(2, 2, t, 3))
+    return [
+        Case((q, k, v, bs), {"is_causal": True}),
+        Case((q[0], k[0], v[0], 1), {"is_causal": True}),
+        Case((q, k, v, t + int(rng.integers(0, 5))), {"is_causal": True}),
+        Case((q * 20, k * 20, v, int(rng.integers(2, 5))), {"is_causal": True}),
+    ]
+
+
+def _heads(rng):
+    return [(4, 2), (6, 3), (6, 2), (8, 2), (4, 1), (3, 3)][int(rng.integers(0, 6))]
+
+
+def _gqa_inputs(rng, h, h_kv, t_q, t_k):
+    b, d, d_v = int(rng.integers(1, 3)), int(rng.integers(2, 6)), int(rng.integers(1, 5))
+    return rng.normal(size=(b, h, t_q, d)), rng.normal(size=(b, h_kv, t_k, d)), rng.normal(size=(b, h_kv, t_k, d_v))
+
+
+def _gqa(rng):
+    cases = [Case(_gqa_inputs(rng, 6, 2, int(rng.integers(2, 7)), int(rng.integers(2, 9)))),  # interleaving differs
+             Case(_gqa_inputs(rng, 4, 1, 3, 5)), Case(_gqa_inputs(rng, 3, 3, 4, 4))]
+    h, h_kv = _heads(rng)
+    return cases + [Case(_gqa_inputs(rng, h, h_kv, int(rng.integers(2, 7)), int(rng.integers(2, 9))), {"is_causal": False})]
+
+
+def _gqa_causal(rng):
+    t = int(rng.integers(4, 10))
+    h, h_kv = _heads(rng)
+    return [Case(_gqa_inputs(rng, 8, 4, t, t), {"is_causal": True}), Case(_gqa_inputs(rng, h, h_kv, t, t), {"is_causal": True})]
+
+
+def _decode_inputs(rng, h, h_kv, t_past, t_new):
+    b, d, d_v = int(rng.integers(1, 3)), int(rng.integers(2, 6)), int(rng.integers(1, 5))
+    return (rng.normal(size=(b, h, t_new, d)), rng.normal(size=(b, h_kv, t_new, d)), rng.normal(size=(b, h_kv, t_new, d_v)),
+            rng.normal(size=(b, h_kv, t_past, d)), rng.normal(size=(b, h_kv, t_past, d_v)))
+
+
+def _decode_step(rng):
+    h, h_kv = _heads(rng)
+    return [Case(_decode_inputs(rng, 4, 2, 0, 1)), Case(_decode_inputs(rng, 6, 2, int(rng.integers(1, 9)), 1)),
+            Case(_decode_inputs(rng, h, h_kv, int(rng.integers(1, 9)), 1))]
+
+
+def _decode_chunks(rng):
+    h, h_kv = _heads(rng)
+    return [Case(_decode_inputs(rng, 4, 2, int(rng.integers(2, 7)), int(rng.integers(2, 5)))),
+            Case(_decode_inputs(rng, h, h_kv, int(rng.integers(1, 7)), int(rng.integers(2, 5)))),
+            Case(_decode_inputs(rng, 4, 1, 0, int(rng.integers(2, 5))))]
+
+
+CHECKS = {
+    "test_window_causal": Check("sliding_window_mask", _window_causal, ref_window),
+    "test_window_bidirectional": Check("sliding_window_mask", _window_bidirectional, ref_window),
+    "test_merge_stats": Check("merge_softmax_stats", _merge_stats, ref_merge),
+    "test_merge_extremes": Check("merge_softmax_stats", _merge_extremes, ref_merge),
+    "test_online_softmax": Check("online_softmax", _online_softmax, ref_online_softmax),
+    "test_online_softmax_extremes": Check("online_softmax", _online_softmax_extremes, ref_online_softmax),
+    "test_tiled_full": Check("tiled_attention", _tiled_full, ref_tiled),
+    "test_tiled_causal": Check("tiled_attention", _tiled_causal, ref_tiled),
+    "test_gqa": Check("grouped_query_attention", _gqa, ref_gqa),
+    "test_gqa_causal": Check("grouped_query_attention", _gqa_causal, ref_gqa),
+    "test_decode_step": Check("decode_step", _decode_step, ref_decode),
+    "test_decode_chunks": Check("decode_step", _decode_chunks, ref_decode),
+}
