@@ -379,6 +379,26 @@ def test_triton_is_optional_and_its_errors_say_what_to_do():
 
 
 @pytest.mark.skipif(not HAS_TRITON, reason=TRITON_MISSING)
+def test_interpreter_switched_on_after_triton_was_imported_is_reported():
+    # importing torch's FLOP counter imports triton; TRITON_INTERPRET=1 set afterwards cannot take effect
+    result = run_python("""
+        import os
+        import torch
+        import torch.utils.flop_counter
+        os.environ["TRITON_INTERPRET"] = "1"
+        from llmarch.efficient import triton_flash_attention
+        q = torch.zeros(1, 1, 16, 16)
+        try:
+            triton_flash_attention(q, q, q)
+        except RuntimeError as err:
+            print("RuntimeError:", err)
+    """)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "RuntimeError: TRITON_INTERPRET=1 was set after triton had been imported" in result.stdout
+    assert "before anything imports triton" in result.stdout
+
+
+@pytest.mark.skipif(not HAS_TRITON, reason=TRITON_MISSING)
 def test_triton_kernels_in_the_interpreter_match_sdpa():
     # TRITON_INTERPRET must be set before triton defines the kernels: a fresh interpreter with it in the env.
     result = run_python("""

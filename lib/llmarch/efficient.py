@@ -793,8 +793,12 @@ def _triton_interpreting() -> bool:
 
 
 def _triton_kernels():
-    """Import triton and define the kernels on first use, so that ``llmarch`` imports without triton and
-    ``TRITON_INTERPRET=1`` set before the first call takes effect (triton reads it when a kernel is defined)."""
+    """Import triton and define the kernels on first use, so that ``llmarch`` imports without triton.
+
+    ``TRITON_INTERPRET=1`` must be set before anything imports triton: ``triton.language`` builds its helpers
+    (``tl.zeros``, ...) for the GPU compiler or for the interpreter when it is imported, and importing
+    ``torch.utils.flop_counter`` or using ``torch.compile`` imports it. Setting it later raises a RuntimeError
+    that says so (instead of the interpreter's "Cannot call @triton.jit'd outside of the scope of a kernel")."""
     if _TRITON:
         return _TRITON
     try:
@@ -804,8 +808,17 @@ def _triton_kernels():
         raise ImportError(
             "triton_flash_attention needs the triton package: pip install triton==" + TRITON_VERSION +
             " (the version torch 2.13 pins; wheels for Linux x86_64 only). On a machine without a CUDA GPU, set "
-            "TRITON_INTERPRET=1 before the first call to run the kernel in triton's interpreter."
+            "TRITON_INTERPRET=1 before triton is imported to run the kernel in triton's interpreter."
         ) from err
+    from triton.runtime.jit import JITFunction
+
+    if _triton_interpreting() and isinstance(tl.zeros, JITFunction):
+        raise RuntimeError(
+            "TRITON_INTERPRET=1 was set after triton had been imported (importing torch.utils.flop_counter or "
+            "using torch.compile imports it), so triton.language is built for the GPU compiler and the "
+            "interpreter cannot run the kernels: set TRITON_INTERPRET=1 before anything imports triton, "
+            "e.g. in the environment of the process or before `import torch`"
+        )
 
     @triton.jit
     def fwd_kernel(Q, K, V, O, LSE, scale, T_Q, T_K, D, causal_offset,
@@ -1004,7 +1017,8 @@ def triton_flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is
     Accumulation is in float32; float32 inputs use exact ("ieee") dot products, not TF32.
 
     Needs ``triton`` (``pip install triton==3.7.1``) and either a CUDA GPU or ``TRITON_INTERPRET=1`` set before
-    the first call (triton's interpreter runs the same kernels on CPU tensors, slowly; every dot in float32).
+    triton is first imported, e.g. before ``import torch`` (triton's interpreter runs the same kernels on CPU
+    tensors, slowly; every dot in float32).
     """
     _check_qkv(q, k, v)
     if v.shape[-1] != q.shape[-1]:
@@ -1018,7 +1032,7 @@ def triton_flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is
     if q.device.type != "cuda" and not kern["interpret"]:
         raise RuntimeError(
             f"q is on {q.device}: triton_flash_attention runs on a CUDA GPU; to run it on CPU tensors set "
-            "TRITON_INTERPRET=1 in the environment before the first call (slow, for testing)"
+            "TRITON_INTERPRET=1 in the environment before triton is imported (slow, for testing)"
         )
     default = 32 if kern["interpret"] else 64
     block_q, block_k = block_q or default, block_k or default
