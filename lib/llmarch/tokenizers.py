@@ -1402,7 +1402,7 @@ class UnigramTokenizer:
         shrink_factor: float = 0.75,
         em_iterations: int = 2,
     ) -> UnigramTokenizer:
-        """Learn ``vocab_size - 1`` pieces (plus ``unk_token``; fewer if the seed is smaller); returns ``self``.
+        """Learn ``vocab_size - 1`` pieces (plus ``unk_token``); returns ``self``.
 
         Book: Tokenizers, "Unigram" (Kudo, 2018, section 3.2).
 
@@ -1414,7 +1414,9 @@ class UnigramTokenizer:
 
         Input: a text (split SentencePiece-style into ``▁`` words) or a dict ``{word: count}`` (used as
         given). ``history`` records ``(number of pieces, log-likelihood)`` before every EM step. Pieces are
-        finally sorted by log-probability (highest first, ties by string), which fixes the ids.
+        finally sorted by log-probability (highest first, ties by string), which fixes the ids. The result can
+        have fewer pieces than asked: when the seed is smaller, and when EM drops pieces whose expected count
+        underflows to zero (:meth:`em_step`), e.g. once whole words explain a small corpus.
         """
         counts = self._word_counts(text_or_word_counts)
         _check_int("vocab_size", vocab_size, minimum=2)

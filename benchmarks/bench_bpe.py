@@ -1,0 +1,313 @@
+"""Byte-level BPE training time: llmarch's BPETokenizer vs a naive recount-every-merge trainer vs Hugging Face.
+
+    python benchmarks/bench_bpe.py [--corpus zipf|grammar] [--megabytes 1.0] [--vocab-size 2000]
+                                   [--naive-merges 150] [--repeats 3] [--hf-threads 1]
+
+All three train byte-level BPE with GPT-2's pre-tokenisation on the same text to the same vocabulary size
+(256 byte tokens + merges, no special tokens):
+
+- ``llmarch``: :meth:`llmarch.tokenizers.BPETokenizer.train` (pair counts updated incrementally: only the
+  pre-tokens that contain the merged pair are rewritten, a heap with lazy deletion finds the next pair);
+- ``naive``: written below, the textbook loop: after every merge, recount *every* adjacent pair over the whole
+  table of distinct pre-tokens and rewrite every pre-token. Same tie rule as llmarch (smallest pair of ids), so
+  it must learn exactly the same merges -- checked on the merges it runs. It is slow, so by default it runs
+  only ``--naive-merges`` merges; the time of the remaining ones is *estimated* from single naive steps timed
+  at a few later points (the pre-tokens fast-forwarded there with the merges llmarch learned), because a
+  naive step gets cheaper as the pre-tokens get shorter. ``--naive-merges 0`` means "run them all";
+- ``tokenizers``: the Hugging Face library (Rust), ``BpeTrainer`` with the ``ByteLevel`` pre-tokenizer
+  (GPT-2 regex, no prefix space) and the 256-byte initial alphabet. Optional: ``pip install tokenizers``
+  (the ``bench`` extra); without it that row is skipped. ``--hf-threads 1`` (default) compares single-threaded
+  code with single-threaded code.
+
+Corpora: ``zipf`` (default) is ``--megabytes`` of deterministic pseudo-English: sentences of pseudo-words
+built from syllables, word frequencies following Zipf's law over 20,000 stems, plus suffixes, digits and
+punctuation, so that, like real text, it has tens of thousands of distinct words and a long tail.
+``grammar`` is the course's synthetic corpus (``llmarch.data.synthetic_corpus``), kept for comparison: it has
+only 36 distinct words, so BPE runs out of pairs after 92 merges whatever the requested size, and there is
+nothing for an incremental trainer to save.
+
+Prints CPU and wall times, the ratios of CPU times (naive / llmarch, llmarch / tokenizers) and how many of
+llmarch's merges the Rust trainer also learned. No assertions: the numbers are for the book's "Byte-level BPE"
+section. On a 2-core machine the default run takes about a minute and a half.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import time
+from collections import Counter
+
+import numpy as np
+
+from llmarch.tokenizers import BPETokenizer, pretokenize
+
+
+# --------------------------------------------------------------------------------------------------------------
+# corpora
+
+
+def zipf_corpus(n_bytes: int, seed: int = 0, n_stems: int = 20_000) -> str:
+    """``n_bytes`` characters (all ASCII) of pseudo-English with a Zipfian vocabulary; the same for a given seed."""
+    rng = np.random.default_rng(seed)
+    onsets = ["", "b", "c", "d", "f", "g", "h", "k", "l", "m", "n", "p", "r", "s", "t", "v", "w", "br", "st",
+              "tr", "pl", "ch", "sh", "th", "gr", "cl"]
+    vowels = ["a", "e", "i", "o", "u", "ea", "ou", "ai", "io"]
+    codas = ["", "", "", "n", "r", "s", "t", "l", "m", "nd", "st", "ng", "ck"]
+    stems: dict[str, None] = {}
+    while len(stems) < n_stems:
+        n_syllables = int(rng.choice([1, 2, 2, 3, 3, 4]))
+        parts = rng.integers(0, [len(onsets), len(vowels), len(codas)], size=(n_syllables, 3))
+        stems["".join(onsets[a] + vowels[b] + codas[c] for a, b, c in parts)] = None
+    stem_list = list(stems)
+    weights = 1.0 / (np.arange(1, n_stems + 1) + 2.7)  # Zipf-Mandelbrot: frequency ~ 1 / (rank + 2.7)
+    suffixes = ["", "s", "ed", "ing", "er", "ly", "ness"]
+    suffix_p = [0.55, 0.15, 0.08, 0.08, 0.06, 0.05, 0.03]
+    n_words = n_bytes // 5 + 1000  # enough: a word and its space take more than 5 bytes on average
+    word_ids = rng.choice(n_stems, size=n_words, p=weights / weights.sum())
+    suffix_ids = rng.choice(len(suffixes), size=n_words, p=suffix_p)
+    words = [stem_list[w] + suffixes[s] for w, s in zip(word_ids, suffix_ids)]
+    out, size, k = [], 0, 0
+    while size < n_bytes and k < n_words - 20:
+        n = int(rng.integers(4, 18))
+        sentence = words[k : k + n]
+        k += n
+        sentence[0] = sentence[0].capitalize()
+        if rng.random() < 0.3:
+            sentence.insert(int(rng.integers(1, n)), str(int(rng.integers(0, 2000))))
+        if rng.random() < 0.3:
+            sentence[int(rng.integers(0, n - 1))] += ","
+        piece = " ".join(sentence) + str(rng.choice([".", ".", ".", "?", "!"])) + ("\n" if rng.random() < 0.2 else " ")
+        out.append(piece)
+        size += len(piece)
+    return "".join(out)[:n_bytes]
+
+
+def grammar_corpus(n_bytes: int, seed: int = 0) -> str:
+    """``n_bytes`` characters of the course's synthetic grammar corpus, words joined by spaces."""
+    from llmarch.data import default_grammar, synthetic_corpus
+
+    grammar = default_grammar()
+    ids = synthetic_corpus(n_bytes // 4, seed=seed)  # about 5.5 bytes per word: more words than needed
+    return " ".join(grammar.decode(ids.tolist()))[:n_bytes]
+
+
+# --------------------------------------------------------------------------------------------------------------
+# the naive trainer
+
+
+class Timer:
+    """CPU time of this process and wall time, in seconds. Ratios use CPU time: on a shared machine it depends
+    much less on the load than wall time (all trainers here run on one thread)."""
+
+    def __enter__(self):
+        self._cpu, self._wall = time.process_time(), time.perf_counter()
+        return self
+
+    def __exit__(self, *exc):
+        self.cpu, self.wall = time.process_time() - self._cpu, time.perf_counter() - self._wall
+
+
+def naive_merge(symbols: list[int], pair: tuple[int, int], new_id: int) -> list[int]:
+    """Replace every occurrence of ``pair`` in ``symbols`` by ``new_id``, left to right."""
+    out, i, n = [], 0, len(symbols)
+    while i < n:
+        if i < n - 1 and symbols[i] == pair[0] and symbols[i + 1] == pair[1]:
+            out.append(new_id)
+            i += 2
+        else:
+            out.append(symbols[i])
+            i += 1
+    return out
+
+
+def naive_step(words: list[list[int]], freqs: list[int], new_id: int):
+    """One merge the naive way: recount all pairs, take the most frequent (ties: smallest pair), rewrite all."""
+    counts: dict[tuple[int, int], int] = {}
+    for symbols, f in zip(words, freqs):
+        for pair in zip(symbols, symbols[1:]):
+            counts[pair] = counts.get(pair, 0) + f
+    if not counts:
+        return None, words
+    top = max(counts.values())
+    best = min(pair for pair, c in counts.items() if c == top)
+    return best, [naive_merge(symbols, best, new_id) for symbols in words]
+
+
+def naive_train(text: str, vocab_size: int, max_merges: int | None = None):
+    """Pre-tokenise and count like llmarch, then merge naively; returns (merges, Timer)."""
+    merges = []
+    with Timer() as timer:
+        counts = Counter(pretokenize(text))
+        words = [list(w.encode("utf-8")) for w in counts]
+        freqs = list(counts.values())
+        n_merges = vocab_size - 256 if max_merges is None else min(max_merges, vocab_size - 256)
+        for k in range(n_merges):
+            best, words = naive_step(words, freqs, 256 + k)
+            if best is None:
+                break
+            merges.append(best)
+    return merges, timer
+
+
+def naive_step_seconds(word_counts: Counter, merges: list, at: int, repeats: int) -> tuple[float, bool]:
+    """Time of naive merge number ``at`` (0-based) and whether it picks llmarch's merge. The pre-tokens are put in
+    the state training has after ``at`` merges by encoding each with the first ``at`` merges (the same as
+    applying them one after the other)."""
+    fast_forward = BPETokenizer(merges[:at], pattern=None)
+    words = [fast_forward.encode(w) for w in word_counts]
+    freqs = list(word_counts.values())
+    times = []
+    for _ in range(repeats):
+        with Timer() as t:
+            best, _ = naive_step(words, freqs, 256 + at)
+        times.append(t.cpu)
+    return statistics.median(times), best == merges[at]
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Hugging Face tokenizers
+
+
+def bytes_to_unicode() -> dict[int, str]:
+    """GPT-2's printable stand-in for each byte (the alphabet of the ``ByteLevel`` pre-tokenizer): printable
+    Latin-1 bytes stand for themselves, the other 68 bytes for the code points 256, 257, ... in byte order."""
+    keep = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
+    table, extra = {}, 0
+    for b in range(256):
+        if b in keep:
+            table[b] = chr(b)
+        else:
+            table[b] = chr(256 + extra)
+            extra += 1
+    return table
+
+
+def hf_train(text: str, vocab_size: int):
+    """Train with the ``tokenizers`` library; returns (merges as byte pairs, Timer, version)."""
+    import json
+
+    import tokenizers
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size, min_frequency=0, show_progress=False,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+    )
+    lines = text.splitlines(keepends=True)
+    with Timer() as timer:
+        tok.train_from_iterator(lines, trainer=trainer)
+    decode = {c: b for b, c in bytes_to_unicode().items()}
+    merges = json.loads(tok.to_str())["model"]["merges"]
+    as_bytes = []
+    for m in merges:
+        a, b = m if isinstance(m, list) else m.split(" ")
+        as_bytes.append((bytes(decode[c] for c in a), bytes(decode[c] for c in b)))
+    return as_bytes, timer, tokenizers.__version__
+
+
+# --------------------------------------------------------------------------------------------------------------
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--corpus", choices=["zipf", "grammar"], default="zipf")
+    parser.add_argument("--megabytes", type=float, default=1.0, help="size of the training text (10^6 bytes)")
+    parser.add_argument("--vocab-size", type=int, default=2000)
+    parser.add_argument("--naive-merges", type=int, default=150,
+                        help="merges the naive trainer really runs (0: all); the rest are estimated")
+    parser.add_argument("--checkpoints", type=int, default=8, help="later merges at which a naive step is timed")
+    parser.add_argument("--repeats", type=int, default=3, help="runs of llmarch and tokenizers (median)")
+    parser.add_argument("--hf-threads", type=int, default=1, help="threads for the Rust trainer")
+    args = parser.parse_args()
+    # the Rust library reads these when it starts its thread pool, i.e. at the first parallel call
+    os.environ["RAYON_NUM_THREADS"] = str(args.hf_threads)
+    os.environ["TOKENIZERS_PARALLELISM"] = "false" if args.hf_threads == 1 else "true"
+
+    n_bytes = int(args.megabytes * 1e6)
+    text = zipf_corpus(n_bytes) if args.corpus == "zipf" else grammar_corpus(n_bytes)
+    word_counts = Counter(pretokenize(text))
+    print(f"corpus {args.corpus!r}: {len(text.encode('utf-8')):,} bytes, {len(word_counts):,} distinct pre-tokens "
+          f"(GPT-2 regex); requested vocabulary {args.vocab_size} = 256 bytes + {args.vocab_size - 256} merges")
+
+    ours_runs = []
+    for _ in range(args.repeats):
+        with Timer() as timer:
+            ours = BPETokenizer().train(text, args.vocab_size)
+        ours_runs.append(timer)
+    t_ours = statistics.median(t.cpu for t in ours_runs)
+    w_ours = statistics.median(t.wall for t in ours_runs)
+    merges = ours.merges
+    n_total = len(merges)
+    if n_total < args.vocab_size - 256:
+        print(f"note: no pair was left after {n_total} merges; every trainer stops there")
+
+    # naive: run the first merges for real, estimate the rest
+    run_all = args.naive_merges <= 0 or args.naive_merges >= n_total
+    naive_merges, naive_timer = naive_train(text, args.vocab_size, None if run_all else args.naive_merges)
+    t_naive_run = naive_timer.cpu
+    same = naive_merges == merges[: len(naive_merges)]
+    if run_all:
+        t_naive, how = t_naive_run, f"all {len(naive_merges)} merges run ({naive_timer.wall:.1f} s wall)"
+    else:
+        k = len(naive_merges)
+        points = sorted({int(x) for x in np.linspace(k, n_total - 1, args.checkpoints)})
+        steps = [naive_step_seconds(word_counts, merges, m, repeats=3) for m in points]
+        step_times = [t for t, _ in steps]
+        same = same and all(agrees for _, agrees in steps)
+        rest = float(np.interp(np.arange(k, n_total), points, step_times).sum())
+        t_naive = t_naive_run + rest
+        linear = t_naive_run / k * n_total
+        how = (f"ran {k} merges in {t_naive_run:.1f} s, the other {n_total - k} ESTIMATED at {rest:.1f} s from\n"
+               f"{'':58}naive steps timed at merges {points[0]}..{points[-1]} (plain linear extrapolation\n"
+               f"{'':58}of the first {k}: {linear:.1f} s)")
+
+    hf = None
+    try:
+        hf_runs = [hf_train(text, args.vocab_size) for _ in range(args.repeats)]
+        hf = (hf_runs[0][0], statistics.median(r[1].cpu for r in hf_runs), hf_runs[0][2],
+              statistics.median(r[1].wall for r in hf_runs))
+    except ImportError:
+        print("tokenizers is not installed (pip install tokenizers, or the 'bench' extra): skipping that row")
+
+    print(f"\n{'trainer':<34} {'CPU s':>9} {'x llmarch':>10} {'wall s':>9}")
+    print(f"{'llmarch BPETokenizer.train':<34} {t_ours:>9.2f} {1.0:>10.2f} {w_ours:>9.2f}   median of {args.repeats}")
+    print(f"{'naive recount every merge':<34} {t_naive:>9.2f} {t_naive / t_ours:>10.2f} {'':>9}   {how}")
+    if hf:
+        name = f"tokenizers {hf[2]} ({args.hf_threads} thread{'s' if args.hf_threads > 1 else ''})"
+        print(f"{name:<34} {hf[1]:>9.2f} {hf[1] / t_ours:>10.2f} {hf[3]:>9.2f}   median of {args.repeats}")
+
+    print(f"\nCPU time: llmarch is {t_naive / t_ours:.1f}x faster than the naive trainer (target: at least 30x)")
+    if hf:
+        print(f"CPU time: llmarch takes {t_ours / hf[1]:.1f}x the time of tokenizers (target: at most 10x)")
+    print(f"the naive trainer picks llmarch's merge at every merge it ran or timed: {same}")
+    if hf:
+        ours_bytes = [(ours.vocab[a], ours.vocab[b]) for a, b in merges]
+        theirs = hf[0]
+        common = len(set(ours_bytes) & set(theirs))
+        differ = [i for i, (x, y) in enumerate(zip(ours_bytes, theirs)) if x != y]
+        prefix = differ[0] if differ else min(len(ours_bytes), len(theirs))
+        print(f"merges: llmarch {len(ours_bytes)}, tokenizers {len(theirs)}; {common} of llmarch's are also in "
+              f"tokenizers' list; the two lists agree on their first {prefix} merges")
+        tokens_ours = {a + b for a, b in ours_bytes}
+        tokens_theirs = {a + b for a, b in theirs}
+        print(f"tokens: {len(tokens_ours & tokens_theirs)} of llmarch's {len(tokens_ours)} learned tokens are also "
+              f"tokenizers' tokens")
+        if prefix < min(len(ours_bytes), len(theirs)):
+            # count both candidate pairs in the state both trainers share after `prefix` merges
+            state = BPETokenizer(merges[:prefix], pattern=None)
+            pair_counts: Counter = Counter()
+            for word, f in word_counts.items():
+                ids = state.encode(word)
+                for pair in zip(ids, ids[1:]):
+                    pair_counts[state.vocab[pair[0]], state.vocab[pair[1]]] += f
+            print(f"  first difference, merge {prefix}: llmarch {ours_bytes[prefix]} "
+                  f"(count {pair_counts[ours_bytes[prefix]]}) vs tokenizers {theirs[prefix]} "
+                  f"(count {pair_counts[theirs[prefix]]})")
+
+
+if __name__ == "__main__":
+    main()
