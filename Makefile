@@ -12,10 +12,11 @@ export PIP_DISABLE_PIP_VERSION_CHECK := 1
 SUDO     := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 DEB_PKGS := chromium bubblewrap fonts-dejavu-core
 
-PY_STAMP  := $(VENV)/.installed
-DEB_STAMP := $(VENV)/.system-packages
-NPM_STAMP := node_modules/.installed
-MATHJAX   := _build/assets/mathjax/tex-chtml.js
+PY_STAMP    := $(VENV)/.installed
+BENCH_STAMP := $(VENV)/.installed-bench
+DEB_STAMP   := $(VENV)/.system-packages
+NPM_STAMP   := node_modules/.installed
+MATHJAX     := _build/assets/mathjax/tex-chtml.js
 
 .PHONY: help setup book test test-lib lab assignments grade bench experiments clean
 
@@ -38,6 +39,10 @@ $(VENV)/bin/python:
 # torch==2.13.0 is pinned in pyproject.toml; pip takes the CPU wheel from the local wheel cache.
 $(PY_STAMP): pyproject.toml | $(VENV)/bin/python
 	$(PY) -m pip install --quiet -e .
+	touch $@
+
+$(BENCH_STAMP): $(PY_STAMP)
+	$(PY) -m pip install --quiet -e '.[bench]'
 	touch $@
 
 $(DEB_STAMP): | $(VENV)/bin/python
@@ -78,7 +83,7 @@ assignments: $(PY_STAMP)
 grade: $(PY_STAMP) $(DEB_STAMP)
 	$(PY) -m autograder grade ps1-attention autograder/demo --out _build/grading/ps1-attention
 
-bench: $(PY_STAMP) $(DEB_STAMP)
+bench: $(BENCH_STAMP) $(DEB_STAMP)
 	@for script in benchmarks/bench_*.py; do echo "== $$script"; $(PY) $$script || exit 1; done
 
 experiments: $(PY_STAMP)
