@@ -9,6 +9,7 @@ ASSIGNMENTS = {
     "ps3-tokenizers": "autograder.assignments.ps3_tokenizers",
     "ps4-decoding": "autograder.assignments.ps4_decoding",
     "ps5-efficient": "autograder.assignments.ps5_efficient",
+    "ps6-scaling": "autograder.assignments.ps6_scaling",
 }
 
 

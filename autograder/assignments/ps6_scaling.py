@@ -1,0 +1,146 @@
+"""Trusted checks of ps6-scaling: fresh inputs for every hidden test cell, llmarch.scaling as the reference.
+
+The keys of ``CHECKS`` are the ``grade_id`` of the test cells in ``solutions/ps6-scaling/ps6-scaling.ipynb``.
+
+The Chinchilla fit is badly conditioned: quite different constants predict almost the same losses, so a fit is
+judged by what it predicts, not by its parameters. The hidden cells call ``fitted_losses`` (defined in the
+notebook's read-only setup cell: the student's ``chinchilla_fit``, then the law at new points) on fresh runs, and
+the predictions at the runs and at larger models must agree with those of ``llmarch.scaling.fit_chinchilla``
+(Hoffmann et al.'s 4500 L-BFGS starts) to 0.1% (``FIT_RTOL``). Measured on the runs of seeds 0-59: the notebook's
+solution and a PyTorch L-BFGS fit on centred logarithms stay within 6e-5 of the reference; least squares in log space
+(no Huber loss) misses by 0.9% to 12%; an L-BFGS on uncentred logarithms sometimes stops early and misses by up to 2%.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from autograder.checks import Case, Check
+from llmarch.scaling import (CHINCHILLA_APPROACH3, chinchilla_loss, chinchilla_optimal, fit_chinchilla,
+                             fit_power_law, training_flops)
+
+NOTEBOOK = "ps6-scaling.ipynb"
+TRUSTED_CALLABLES: dict = {}
+FIT_RTOL = 1e-3  # predictions of the student's fit vs the reference fit (see the module docstring)
+
+
+def ref_power_law(x, y):
+    fit = fit_power_law(x, y)
+    return np.float64(fit.a), np.float64(fit.b)
+
+
+def ref_training_flops(N, D):
+    return np.asarray(training_flops(N, D), dtype=np.float64)
+
+
+def ref_compute_optimal(C, **constants):
+    opt = chinchilla_optimal(C, **constants)
+    return np.asarray(opt.N_opt, dtype=np.float64), np.asarray(opt.D_opt, dtype=np.float64)
+
+
+def ref_objective(params, N, D, loss, delta=1e-3):
+    """Hoffmann et al.'s objective: sum of Huber_delta(log L(N_i, D_i) - log loss_i) (llmarch.scaling.fit_chinchilla)."""
+    r = np.log(chinchilla_loss(N, D, **params)) - np.log(loss)
+    return np.float64(np.sum(np.where(np.abs(r) <= delta, 0.5 * r * r, delta * (np.abs(r) - 0.5 * delta))))
+
+
+def ref_fitted_losses(N, D, loss, N_new, D_new):
+    return np.asarray(chinchilla_loss(N_new, D_new, **fit_chinchilla(N, D, loss)), dtype=np.float64)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Fresh inputs
+# ----------------------------------------------------------------------------------------------------------
+
+def _power_law_exact(rng):
+    a, b = float(np.exp(rng.uniform(-3, 6))), float(rng.uniform(-1.2, 1.2))
+    x = np.exp(rng.uniform(-2, 15, size=int(rng.integers(3, 9))))
+    two = np.array([float(rng.uniform(1, 10)), float(rng.uniform(100, 1000))])
+    return [Case((x, a * x**b)), Case((two, 2.5 * two**-0.7))]
+
+
+def _power_law_noisy(rng):
+    cases = []
+    for _ in range(2):
+        n = int(rng.integers(10, 41))
+        low = rng.uniform(-3, 12)
+        x = np.exp(rng.uniform(low, low + rng.uniform(4, 18), size=n))  # unsorted, 2 to 8 decades
+        a, b = float(np.exp(rng.uniform(-3, 6))), float(rng.uniform(-1.2, 1.2))
+        cases.append(Case((x, a * x**b * np.exp(rng.uniform(0.05, 0.3) * rng.normal(size=n)))))
+    return cases
+
+
+def _training_flops(rng):
+    return [Case((float(rng.uniform(1e8, 1e11)), float(rng.uniform(1e9, 1e13)))),
+            Case((np.exp(rng.uniform(15, 25, size=(3, 1))), np.exp(rng.uniform(20, 28, size=4))))]
+
+
+def _optimal_closed_form(rng):
+    constants = dict(CHINCHILLA_APPROACH3)
+    return [Case((np.exp(rng.uniform(np.log(1e18), np.log(1e26), size=5)),), constants),
+            Case((float(5.76e23 * rng.uniform(0.5, 2.0)),), constants)]
+
+
+def _random_constants(rng):
+    return {"E": float(rng.uniform(1.0, 3.0)), "A": float(np.exp(rng.uniform(np.log(20), np.log(5000)))),
+            "B": float(np.exp(rng.uniform(np.log(20), np.log(5000)))), "alpha": float(rng.uniform(0.15, 0.7)),
+            "beta": float(rng.uniform(0.15, 0.7))}
+
+
+def _optimal_brute_force(rng):
+    same = _random_constants(rng)
+    same["beta"] = same["alpha"]  # alpha = beta: a constant number of tokens per parameter
+    return [Case((np.exp(rng.uniform(np.log(1e17), np.log(1e27), size=(2, 3))),), _random_constants(rng)),
+            Case((float(np.exp(rng.uniform(np.log(1e19), np.log(1e25)))),), _random_constants(rng)),
+            Case((np.geomspace(1e18, 1e24, 4),), same)]
+
+
+def _chinchilla_like(rng):
+    return {"E": float(rng.uniform(1.5, 2.0)), "A": float(np.exp(rng.uniform(np.log(200), np.log(2000)))),
+            "B": float(np.exp(rng.uniform(np.log(200), np.log(2000)))), "alpha": float(rng.uniform(0.28, 0.42)),
+            "beta": float(rng.uniform(0.28, 0.42))}
+
+
+def _objective(rng):
+    cases = []
+    for kwargs in ({}, {"delta": float(rng.uniform(0.003, 0.03))}):
+        params, n = _chinchilla_like(rng), int(rng.integers(8, 25))
+        N, D = np.exp(rng.uniform(np.log(1e7), np.log(1e10), size=n)), np.exp(rng.uniform(np.log(1e9), np.log(1e12), size=n))
+        noise = rng.normal(size=n) * np.where(rng.random(n) < 0.2, 0.05, 0.002)  # both zones of the Huber loss
+        cases.append(Case((params, N, D, chinchilla_loss(N, D, **params) * np.exp(noise)), kwargs))
+    return cases
+
+
+def _isoflop_runs(rng, sigma, n_diverged):
+    """IsoFLOP-style runs from a random Chinchilla-like law: 6 budgets in [1e18, 1e21] FLOPs, 6 model sizes each
+    around 20 tokens per parameter; multiplicative log-normal noise, and ``n_diverged`` runs 5-20% too high. Also
+    the points to predict: the runs themselves and four larger models (up to 5x the largest, 20 tokens each)."""
+    params = _chinchilla_like(rng)
+    budgets = np.geomspace(1e18, 1e21, 6) * np.exp(rng.uniform(-0.3, 0.3, size=6))
+    N = np.concatenate([np.sqrt(c / 120) * np.geomspace(1 / 8, 8, 6) * np.exp(rng.uniform(-0.1, 0.1, size=6))
+                        for c in budgets])
+    D = np.repeat(budgets, 6) / (6 * N)
+    loss = chinchilla_loss(N, D, **params) * np.exp(sigma * rng.normal(size=N.size))
+    loss[rng.choice(N.size, n_diverged, replace=False)] *= rng.uniform(1.05, 1.2, size=n_diverged)
+    larger = np.geomspace(N.max(), 5 * N.max(), 4)
+    return Case((N, D, loss, np.concatenate([N, larger]), np.concatenate([D, 20 * larger])))
+
+
+def _fit_exact(rng):
+    return [_isoflop_runs(rng, 0.0, 0)]
+
+
+def _fit_noisy(rng):
+    return [_isoflop_runs(rng, float(rng.uniform(0.005, 0.01)), 2)]
+
+
+CHECKS = {
+    "test_power_law_exact": Check("fit_power_law", _power_law_exact, ref_power_law),
+    "test_power_law_noisy": Check("fit_power_law", _power_law_noisy, ref_power_law),
+    "test_training_flops": Check("training_flops", _training_flops, ref_training_flops, rtol=1e-12, atol=0),
+    "test_optimal_closed_form": Check("compute_optimal", _optimal_closed_form, ref_compute_optimal, atol=0),
+    "test_optimal_brute_force": Check("compute_optimal", _optimal_brute_force, ref_compute_optimal, atol=0),
+    "test_objective": Check("chinchilla_objective", _objective, ref_objective, rtol=1e-8, atol=1e-15),
+    "test_fit_exact": Check("fitted_losses", _fit_exact, ref_fitted_losses, rtol=FIT_RTOL, atol=0),
+    "test_fit_noisy": Check("fitted_losses", _fit_noisy, ref_fitted_losses, rtol=FIT_RTOL, atol=0),
+}
