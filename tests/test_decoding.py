@@ -70,6 +70,14 @@ def test_top_p_keeps_the_smallest_set_reaching_p(p):
         assert {i for i in range(9) if torch.isfinite(top_p_filter(logits, p)[i])} == kept
 
 
+def test_top_p_one_keeps_every_token_in_float32():
+    # the smallest set with mass >= 1 is every token of positive probability; a float32 cumulative sum
+    # over 1000 sorted probabilities rounds up to 1 before the tail, which must not remove the tail
+    logits = torch.randn(4, 1000, generator=torch.Generator().manual_seed(0)) * 3
+    assert torch.all(torch.softmax(logits, -1) > 0)
+    assert torch.isfinite(top_p_filter(logits, 1.0)).all()
+
+
 def test_top_p_is_batched_and_keeps_at_least_one():
     logits = torch.tensor([[5.0, 0.0, 0.0], [0.0, 0.0, 5.0]])
     out = top_p_filter(logits, 0.01)

@@ -68,11 +68,14 @@ def top_p_filter(logits: torch.Tensor, p: float) -> torch.Tensor:
     Book: Decoding, "Top-k and top-p sampling".
 
     A token is kept when the probability of the tokens ranked above it (sorted, ties in index order) is still
-    below ``p``: for probabilities ``[0.5, 0.3, 0.2]`` and ``p = 0.7`` the first two are kept.
+    below ``p``: for probabilities ``[0.5, 0.3, 0.2]`` and ``p = 0.7`` the first two are kept. ``p = 1`` keeps
+    every token (a rounded cumulative sum can reach 1 before the last token).
     """
     check_tensor("logits", logits, min_dim=1, floating=True)
     if not 0 < p <= 1:
         raise ValueError(f"top_p must be in (0, 1], got {p}")
+    if p == 1:
+        return logits.clone()
     sorted_logits, order = torch.sort(logits, dim=-1, descending=True, stable=True)
     probs = torch.softmax(sorted_logits, dim=-1)
     before = torch.cumsum(probs, dim=-1) - probs  # mass of the tokens ranked above each one
