@@ -90,6 +90,11 @@ experiments: $(PY_STAMP)
 	$(PY) -m llmarch.train
 	$(PY) book/experiments/tiny_gpt.py
 	$(PY) book/experiments/length_generalisation.py
+	$(PY) book/experiments/tokenizer_compression.py
+	$(PY) book/experiments/decoding.py
+	$(PY) benchmarks/bench_kv_cache.py --csv book/data/kv_cache_timing.csv
+	$(PY) benchmarks/bench_attention.py --csv book/data/attention_benchmark.csv
+	$(PY) book/experiments/scaling_study.py
 
 clean:
 	rm -rf _build .pytest_cache
