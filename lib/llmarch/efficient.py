@@ -168,7 +168,8 @@ def sliding_window_mask(T: int, w: int, causal: bool = True, device=None) -> tor
     Book: Efficient attention, "Sparse attention patterns".
 
     Causal: query ``i`` sees keys ``i-w+1 .. i``, that is ``M[i, j] = 0 <= i - j < w`` (``w`` keys, itself
-    included; Mistral's sliding window). Bidirectional: ``M[i, j] = |i - j| <= floor(w/2)``, the material's
+    included: the count of mistral-src's "at most W tokens"; the Mistral paper's "between i - W and i" would be
+    ``W + 1``). Bidirectional: ``M[i, j] = |i - j| <= floor(w/2)``, the material's
     "window of c words, floor(c/2) to the left and floor(c/2) to the right" (``2*floor(w/2)+1`` keys: ``w + 1``
     when ``w`` is even).
 
