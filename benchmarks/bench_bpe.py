@@ -9,11 +9,12 @@ All three train byte-level BPE with GPT-2's pre-tokenisation on the same text to
 - ``llmarch``: :meth:`llmarch.tokenizers.BPETokenizer.train` (pair counts updated incrementally: only the
   pre-tokens that contain the merged pair are rewritten, a heap with lazy deletion finds the next pair);
 - ``naive``: written below, the textbook loop: after every merge, recount *every* adjacent pair over the whole
-  table of distinct pre-tokens and rewrite every pre-token. Same tie rule as llmarch (smallest pair of ids), so
-  it must learn exactly the same merges -- checked on the merges it runs. It is slow, so by default it runs
-  only ``--naive-merges`` merges; the time of the remaining ones is *estimated* from single naive steps timed
-  at a few later points (the pre-tokens fast-forwarded there with the merges llmarch learned), because a
-  naive step gets cheaper as the pre-tokens get shorter. ``--naive-merges 0`` means "run them all";
+  table of distinct pre-tokens and rewrite every pre-token (with llmarch's ``merge_symbols``). Same tie rule as
+  llmarch (smallest pair of ids), so it must learn exactly the same merges -- checked on the merges it runs. It
+  is slow, so by default it runs only ``--naive-merges`` merges; the time of the remaining ones is *estimated*
+  from single naive steps timed at a few later points (the pre-tokens fast-forwarded there with the merges
+  llmarch learned), because a naive step gets cheaper as the pre-tokens get shorter. ``--naive-merges 0`` means
+  "run them all";
 - ``tokenizers``: the Hugging Face library (Rust), ``BpeTrainer`` with the ``ByteLevel`` pre-tokenizer
   (GPT-2 regex, no prefix space) and the 256-byte initial alphabet. Optional: ``pip install tokenizers``
   (the ``bench`` extra); without it that row is skipped. ``--hf-threads 1`` (default) compares single-threaded
@@ -41,7 +42,7 @@ from collections import Counter
 
 import numpy as np
 
-from llmarch.tokenizers import BPETokenizer, pretokenize
+from llmarch.tokenizers import BPETokenizer, merge_symbols, pretokenize
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -109,19 +110,6 @@ class Timer:
         self.cpu, self.wall = time.process_time() - self._cpu, time.perf_counter() - self._wall
 
 
-def naive_merge(symbols: list[int], pair: tuple[int, int], new_id: int) -> list[int]:
-    """Replace every occurrence of ``pair`` in ``symbols`` by ``new_id``, left to right."""
-    out, i, n = [], 0, len(symbols)
-    while i < n:
-        if i < n - 1 and symbols[i] == pair[0] and symbols[i + 1] == pair[1]:
-            out.append(new_id)
-            i += 2
-        else:
-            out.append(symbols[i])
-            i += 1
-    return out
-
-
 def naive_step(words: list[list[int]], freqs: list[int], new_id: int):
     """One merge the naive way: recount all pairs, take the most frequent (ties: smallest pair), rewrite all."""
     counts: dict[tuple[int, int], int] = {}
@@ -132,7 +120,7 @@ def naive_step(words: list[list[int]], freqs: list[int], new_id: int):
         return None, words
     top = max(counts.values())
     best = min(pair for pair, c in counts.items() if c == top)
-    return best, [naive_merge(symbols, best, new_id) for symbols in words]
+    return best, [merge_symbols(symbols, *best, new_id) for symbols in words]
 
 
 def naive_train(text: str, vocab_size: int, max_merges: int | None = None):

@@ -26,8 +26,8 @@ from llmarch.tokenizers import (
     END_OF_WORD,
     UnigramTokenizer,
     WordPieceTokenizer,
-    _merge_symbols,
     bpe_segment_word,
+    merge_symbols,
     train_bpe_words,
 )
 
@@ -50,7 +50,7 @@ def ref_pair_stats(vocab):
 
 def ref_merge_pair(pair, vocab):
     a, b = pair
-    return {" ".join(_merge_symbols(word.split(), a, b, a + b)): count for word, count in vocab.items()}
+    return {" ".join(merge_symbols(word.split(), a, b, a + b)): count for word, count in vocab.items()}
 
 
 def ref_train_bpe(word_counts, num_merges):
@@ -95,7 +95,7 @@ def _bpe_state(word_counts, merges):
     for word, count in word_counts.items():
         symbols = [*word, END_OF_WORD]
         for a, b in merges:
-            symbols = _merge_symbols(symbols, a, b, a + b)
+            symbols = merge_symbols(symbols, a, b, a + b)
         vocab[" ".join(symbols)] = count
     return vocab
 

@@ -47,6 +47,7 @@ __all__ = [
     "GPT4_SPLIT_PATTERN",
     "train_bpe_words",
     "bpe_segment_word",
+    "merge_symbols",
     "pretokenize",
     "BPETokenizer",
     "WordPieceTokenizer",
@@ -208,10 +209,11 @@ def _initial_symbols(word: str, end_of_word: str) -> list[str]:
     return [*word[:-1], word[-1] + END_OF_WORD]
 
 
-def _merge_symbols(symbols: list, a, b, new) -> list:
-    """Replace every occurrence of the adjacent pair ``(a, b)`` by ``new``, left to right.
+def merge_symbols(symbols: list, a, b, new) -> list:
+    """Replace every occurrence of the adjacent pair ``(a, b)`` by ``new``, left to right: one BPE merge
+    applied to one word (any symbols: strings or ids).
 
-    ``_merge_symbols(["a", "a", "a"], "a", "a", "aa") == ["aa", "a"]``
+    ``merge_symbols(["a", "a", "a"], "a", "a", "aa") == ["aa", "a"]``
     """
     out = []
     i, n = 0, len(symbols)
@@ -272,7 +274,7 @@ def train_bpe_words(
         tied = [pair for pair, c in counts.items() if c == top]
         best = tied[0] if tie_break == "first" else (min(tied) if tie_break == "smallest" else max(tied))
         merges.append(best)
-        words = [(_merge_symbols(symbols, *best, best[0] + best[1]), c) for symbols, c in words]
+        words = [(merge_symbols(symbols, *best, best[0] + best[1]), c) for symbols, c in words]
     return merges
 
 
@@ -315,7 +317,7 @@ def bpe_segment_word(word: str, merges, *, end_of_word: str = "separate") -> lis
         pair = min(zip(symbols, symbols[1:]), key=lambda p: ranks.get(p, math.inf))
         if pair not in ranks:
             break
-        symbols = _merge_symbols(symbols, *pair, pair[0] + pair[1])
+        symbols = merge_symbols(symbols, *pair, pair[0] + pair[1])
     return symbols
 
 
@@ -465,7 +467,7 @@ class _PairIndex:
         merged = 0
         for i in where.pop(pair, ()):
             old = self.words[i]
-            new_word = _merge_symbols(old, a, b, new)
+            new_word = merge_symbols(old, a, b, new)
             f = self.freqs[i]
             merged += (len(old) - len(new_word)) * f
             old_pairs = Counter(zip(old, old[1:]))
@@ -629,7 +631,7 @@ class BPETokenizer:
                     best, best_rank = pair, r
             if best is None:
                 break
-            ids = _merge_symbols(ids, best[0], best[1], best_rank)
+            ids = merge_symbols(ids, best[0], best[1], best_rank)
         return ids
 
     def _merge_pretoken_dropout(self, ids: list[int], dropout: float, rng: random.Random) -> list[int]:
