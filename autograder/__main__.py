@@ -4,7 +4,8 @@
     python -m autograder grade ASSIGNMENT SUBMISSIONS_DIR --out OUT_DIR [--workers N] [--timeout SECONDS]
                                [--memory MB] [--seed N] [--unsafe-no-sandbox]
 
-The exit code is 0 when the grader itself worked, whatever the submissions did.
+The exit code is 0 when the grader itself worked, whatever the submissions did, and 3 when it failed on some
+submission (status grader-error; every other submission is still graded and grades.csv is written).
 """
 
 from __future__ import annotations
@@ -45,7 +46,7 @@ def _progress(done: int, total: int, student: str) -> None:
     sys.stderr.flush()
 
 
-def grade(args) -> None:
+def grade(args) -> int:
     from autograder.feedback import write_feedback
     from autograder.grade import Options, clean_output_dir, find_submissions, grade_all, release_template, write_csv
     from autograder.sandbox import bubblewrap_available
@@ -58,8 +59,10 @@ def grade(args) -> None:
         raise SystemExit("bubblewrap (bwrap) is not installed, so student code cannot be isolated; refusing to run it. "
                          "Install the Debian package `bubblewrap` (make setup does), or pass --unsafe-no-sandbox "
                          "if you trust every submission.")
-    submissions = find_submissions(Path(args.submissions))
     out = Path(args.out)
+    submissions, warnings = find_submissions(Path(args.submissions), exclude=out)
+    for warning in warnings:
+        print(f"warning: {warning}", file=sys.stderr)
     clean_output_dir(out)
     options = Options(cell_timeout=args.timeout, notebook_timeout=args.notebook_timeout, memory_mb=args.memory,
                       seed=args.seed, unsafe_no_sandbox=args.unsafe_no_sandbox)
@@ -68,16 +71,24 @@ def grade(args) -> None:
     max_score = sum(i.points for i in template.auto_items)
     write_csv(results, template, out / "grades.csv")
     for result in results:
-        write_feedback(result, args.assignment, notebook, max_score, out)
+        try:
+            write_feedback(result, args.assignment, notebook, max_score, out)
+        except Exception as err:  # noqa: BLE001 - one page that cannot be written must not lose the others
+            print(f"warning: could not write the feedback of {result.student!r}: {err}", file=sys.stderr)
     elapsed = time.monotonic() - started
-    print(f"\n{'student':<24} {'status':<17} score")
+    print(f"\n{'student':<24} {'status':<17} {'tampered':<9} score")
     for r in results:
-        print(f"{r.student[:24]:<24} {r.status:<17} {r.score:g} / {max_score:g}")
+        print(f"{r.student[:24]:<24} {r.status:<17} {'yes' if r.tampered else 'no':<9} {r.score:g} / {max_score:g}")
     counts = {}
     for r in results:
         counts[r.status] = counts.get(r.status, 0) + 1
     summary = ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
     print(f"\n{len(results)} submissions in {elapsed:.1f} s ({summary}); wrote {out / 'grades.csv'} and {out / 'feedback'}/")
+    if counts.get("grader-error"):
+        print(f"error: the grader failed on {counts['grader-error']} submission(s); see their detail column",
+              file=sys.stderr)
+        return 3
+    return 0
 
 
 def main(argv=None) -> int:
@@ -98,9 +109,8 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     if args.command == "generate":
         generate(args.assignments)
-    else:
-        grade(args)
-    return 0
+        return 0
+    return grade(args)
 
 
 if __name__ == "__main__":

@@ -14,6 +14,19 @@ Output layout: ``/submission/.grader-outputs/<check>/case<i>_out<j>.npy`` for ea
 Plain data (strings, lists, tuples, dicts: what a tokenizer takes and returns) crosses the boundary as JSON in
 the tagged form of :func:`to_data`: an argument ``{"data": ...}``, and, when the spec says ``"output": "data"``,
 the whole return value in ``case<i>_out.json`` instead of ``.npy`` files.
+
+What counts as an answer
+------------------------
+A hidden check accepts whatever the visible tests accept; this is the one place that rule is written down, and
+:func:`returned_values` (here) and ``compare.py`` (in the grader) apply it:
+
+- When the reference returns ``k > 1`` values, the student's function may return any sequence of ``k`` values
+  (a tuple, a list, ...), as the visible tests' ``out, weights = f(...)`` accepts.
+- Each value may be anything NumPy reads as an array of numbers: an ndarray, a list, a Python or NumPy scalar,
+  a torch tensor. Integer results are compared as numbers with a float reference, as the visible tests'
+  ``check_close`` does; where the reference is a boolean mask, the answer must be boolean too (the visible
+  tests assert the dtype), and the message names the dtype that came back.
+- Plain data (``"output": "data"``) compares lists and tuples as the same thing.
 """
 
 import json
@@ -76,6 +89,22 @@ def to_data(value):
                     "(str, int, float, bool, None, list, tuple, dict)")
 
 
+MAX_SAME_HASH = 64  # distinct plain keys rarely share a hash (hash(-1) == hash(-2)); floods share thousands
+
+
+def _refuse_colliding_keys(keys):
+    """ValueError when many keys share one hash value. Integers, floats and tuples hash the same way in every
+    process, so JSON can carry thousands of distinct keys with equal hashes ("hash flooding"), and building a
+    dict of n such keys takes O(n^2) time. Sorting the hashes finds that in O(n log n) first."""
+    if len(keys) <= MAX_SAME_HASH:
+        return
+    hashes = np.sort(np.fromiter((hash(k) for k in keys), dtype=np.int64, count=len(keys)))
+    boundaries = np.flatnonzero(np.diff(hashes)) + 1
+    longest_run = int(np.diff(np.concatenate(([0], boundaries, [len(hashes)]))).max())
+    if longest_run > MAX_SAME_HASH:
+        raise ValueError(f"{longest_run} dict keys share one hash value")
+
+
 def from_data(data):
     """The inverse of :func:`to_data`; ValueError or TypeError for JSON that it cannot have written."""
     if isinstance(data, list):
@@ -86,7 +115,9 @@ def from_data(data):
         if list(data) == ["dict"] and isinstance(data["dict"], list):
             if not all(isinstance(kv, list) and len(kv) == 2 for kv in data["dict"]):
                 raise ValueError("a tagged dict must hold [key, value] pairs")
-            return {from_data(k): from_data(v) for k, v in data["dict"]}
+            pairs = [(from_data(k), from_data(v)) for k, v in data["dict"]]
+            _refuse_colliding_keys([k for k, _ in pairs])
+            return dict(pairs)
         raise ValueError("a JSON object must be a tagged tuple or dict")
     return data
 
@@ -102,14 +133,29 @@ def _argument(spec, folder):
     return CALLABLES[spec["callable"]](arrays)
 
 
+def returned_values(result, count):
+    """The ``count`` values of a function's result: the result itself when ``count == 1``, else any sequence
+    of exactly ``count`` values, as ``a, b = result`` would unpack it. ``returned_values([1, 2], 2) == [1, 2]``."""
+    if count == 1:
+        return [result]
+    if isinstance(result, (str, bytes, dict)) or not hasattr(result, "__iter__"):
+        raise TypeError(f"returned a {type(result).__name__}; expected {count} values (e.g. a tuple)")
+    values = list(result)
+    if len(values) != count:
+        raise TypeError(f"returned {len(values)} value(s); expected {count}")
+    return values
+
+
 def _as_plain_array(value):
     """Only real numbers cross the boundary: torch tensors, ndarray subclasses and objects that claim to be
-    equal to everything become base-class float/bool ndarrays, or fail here."""
+    equal to everything become base-class bool, int64 or float64 ndarrays, or fail here."""
     if hasattr(value, "detach") and hasattr(value, "numpy"):  # a torch tensor, without importing torch
         value = value.detach().cpu().numpy()
     array = np.array(value, copy=True, subok=False)
     if array.dtype == bool:
         return array
+    if array.dtype.kind in "iu" and np.all(np.abs(array) < 2**62):
+        return array.astype(np.int64)  # kept as integers so that a boolean check can name the dtype
     if array.dtype.kind not in "iuf":
         raise TypeError(f"returned a value of type {type(value).__name__} (dtype {array.dtype}), not an array of numbers")
     return array.astype(np.float64)
@@ -137,8 +183,7 @@ def capture(check_id):
                 with open(os.path.join(out, f"case{i}_out.json"), "w", encoding="utf-8") as f:
                     f.write(text)
                 continue
-            values = result if isinstance(result, tuple) else (result,)
-            arrays = [_as_plain_array(v) for v in values]
+            arrays = [_as_plain_array(v) for v in returned_values(result, case.get("returns", 1))]
             for j, array in enumerate(arrays):
                 np.save(os.path.join(out, f"case{i}_out{j}.npy"), array, allow_pickle=False)
         except BaseException as err:  # noqa: BLE001 - a student's exception of any kind is a result to report

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import io
 import json
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -78,8 +79,23 @@ def _has_tuple_or_dict(value) -> bool:
     return isinstance(value, list) and any(_has_tuple_or_dict(v) for v in value)
 
 
-def write_inputs(check_id: str, function: str, cases: list[Case], root: Path, output: str = "arrays") -> None:
-    """Write ``root/<check_id>/spec.json`` and the ``.npy`` arrays the capture harness reads."""
+def expected_results(check: Check, cases: list[Case], trusted_callables: dict) -> list:
+    """The reference's answer for every case, computed in the trusted process before the student's code runs
+    (a callable argument is handed to the reference as its trusted version)."""
+    def trusted(value):
+        return trusted_callables[value.name](value.arrays) if isinstance(value, CallableArg) else value
+
+    return [check.reference(*map(trusted, case.args), **{k: trusted(v) for k, v in case.kwargs.items()})
+            for case in cases]
+
+
+def _value_count(expected) -> int:
+    return len(expected) if isinstance(expected, tuple) else 1
+
+
+def write_inputs(check_id: str, check: Check, cases: list[Case], expected: list, root: Path) -> None:
+    """Write ``root/<check_id>/spec.json`` and the ``.npy`` arrays the capture harness reads; each case says how
+    many values the function returns (``"returns"``), so that capture can unpack any sequence of that length."""
     folder = root / check_id
     folder.mkdir(parents=True)
 
@@ -98,32 +114,53 @@ def write_inputs(check_id: str, function: str, cases: list[Case], root: Path, ou
         return {"value": value}
 
     spec = {
-        "output": output,
-        "function": function,
+        "output": check.output,
+        "function": check.function,
         "cases": [
             {
                 "args": [encode(a, f"case{i}_arg{j}") for j, a in enumerate(case.args)],
                 "kwargs": {k: encode(v, f"case{i}_kw_{k}") for k, v in case.kwargs.items()},
+                "returns": _value_count(exp),
             }
-            for i, case in enumerate(cases)
+            for i, (case, exp) in enumerate(zip(cases, expected))
         ],
     }
     (folder / "spec.json").write_text(json.dumps(spec))
 
 
-def load_output(workdir: Path, relative: str) -> np.ndarray | None:
-    """A captured ``.npy`` file as a float64 or bool array; ``None`` if it is missing, reached through a link,
-    too large, pickled, or of any other dtype."""
-    data = read_result_file(workdir, relative, MAX_OUTPUT_BYTES)
-    if data is None:
-        return None
+_NPY_DTYPES = {np.dtype(np.float64), np.dtype(np.int64), np.dtype(np.bool_)}  # what capture.py writes
+
+
+def parse_npy(data: bytes) -> np.ndarray | None:
+    """The array in the bytes of an ``.npy`` file, or ``None`` unless it is a plain float64, int64 or bool
+    array whose header agrees with the data that follows it. The header is checked before anything is
+    allocated, so a forged header that declares a shape of 10^15 entries, or an object dtype, costs nothing."""
+    stream = io.BytesIO(data)
     try:
-        array = np.load(io.BytesIO(data), allow_pickle=False)
-    except (ValueError, OSError, EOFError):
+        version = np.lib.format.read_magic(stream)
+        if version == (1, 0):
+            shape, fortran_order, dtype = np.lib.format.read_array_header_1_0(stream)
+        elif version in ((2, 0), (3, 0)):
+            shape, fortran_order, dtype = np.lib.format.read_array_header_2_0(stream)
+        else:
+            return None
+    except Exception:  # noqa: BLE001 - numpy's header parser raises many types (TokenError, SyntaxError, ...)
         return None
-    if type(array) is not np.ndarray or array.dtype not in (np.float64, np.bool_):
+    if dtype not in _NPY_DTYPES or not all(isinstance(n, int) and n >= 0 for n in shape):
         return None
-    return array
+    count = math.prod(shape)  # an exact Python int: no overflow
+    payload = memoryview(data)[stream.tell():]
+    if count * dtype.itemsize != len(payload):
+        return None
+    array = np.frombuffer(payload, dtype=dtype, count=count).reshape(shape, order="F" if fortran_order else "C")
+    return array.copy()  # writable, and independent of the file's bytes
+
+
+def load_output(workdir: Path, relative: str) -> np.ndarray | None:
+    """A captured ``.npy`` file as a float64, int64 or bool array; ``None`` if it is missing, reached through a
+    link, too large, pickled, or anything else (see :func:`parse_npy`)."""
+    data = read_result_file(workdir, relative, MAX_OUTPUT_BYTES)
+    return None if data is None else parse_npy(data)
 
 
 def load_data_output(workdir: Path, relative: str):
@@ -138,18 +175,15 @@ def load_data_output(workdir: Path, relative: str):
         return False, None
 
 
-def judge(check: Check, check_id: str, cases: list[Case], workdir: Path, trusted_callables: dict) -> CheckResult:
+def judge(check: Check, check_id: str, cases: list[Case], expected_all: list, workdir: Path) -> CheckResult:
     """Compare every case's captured output (under ``workdir/.grader-outputs/<check_id>/``) with the
-    reference; the first failing case explains the verdict."""
+    reference's answers ``expected_all``; the first failing case explains the verdict."""
     folder = f"{OUTPUTS}/{check_id}"
-    for i, case in enumerate(cases):
+    for i, (case, expected) in enumerate(zip(cases, expected_all)):
         label = f"hidden case {i + 1} of {len(cases)}, {case.describe(check.function)}"
         error = read_result_file(workdir, f"{folder}/case{i}.error.txt", 4000)
         if error is not None:
             return CheckResult(False, f"{label} raised {error.decode('utf-8', 'replace').strip()}")
-        args = [trusted_callables[a.name](a.arrays) if isinstance(a, CallableArg) else a for a in case.args]
-        kwargs = {k: trusted_callables[v.name](v.arrays) if isinstance(v, CallableArg) else v for k, v in case.kwargs.items()}
-        expected = check.reference(*args, **kwargs)
         if check.output == "data":
             found, got = load_data_output(workdir, f"{folder}/case{i}_out.json")
             if not found:

@@ -1,7 +1,10 @@
 """Phase 2 of grading, in the trusted process: compare a student's captured output with the reference.
 
-Messages are written for the student: the expected and actual shape first, then how many entries differ and
-the index and size of the largest error.
+Messages are written for the student: the expected and actual shape or type first, then how many entries
+differ and the index and size of the largest error. They never show an expected value: students resubmit, and
+feedback that printed the reference's answers would let them collect a lookup table instead of an
+implementation. What counts as an answer (sequences of values, integer vs float results) is stated once, in
+``capture.py``.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ def compare_arrays(actual: np.ndarray, expected: np.ndarray, what: str, rtol: fl
         wrong = np.argwhere(actual != expected)
         if len(wrong):
             idx = tuple(int(i) for i in wrong[0])
-            return f"{what}: {len(wrong)} of {actual.size} entries are wrong, e.g. at index {idx} expected {expected[idx]}, got {actual[idx]}"
+            return f"{what}: {len(wrong)} of {actual.size} entries are wrong, the first at index {idx}"
         return None
     actual, expected = actual.astype(np.float64), expected.astype(np.float64)
     if np.isnan(actual).any():
@@ -33,7 +36,10 @@ def compare_arrays(actual: np.ndarray, expected: np.ndarray, what: str, rtol: fl
     inf_mismatch |= np.isinf(expected) & (np.sign(expected) != np.sign(actual))
     if inf_mismatch.any():
         idx = tuple(int(i) for i in np.argwhere(inf_mismatch)[0])
-        return f"{what}: at index {idx} expected {expected[idx]}, got {actual[idx]}"
+        should = "an infinity of the other sign" if np.isinf(actual[idx]) and np.isinf(expected[idx]) else (
+            "infinite" if np.isinf(expected[idx]) else "finite")
+        return (f"{what}: {int(inf_mismatch.sum())} of {actual.size} entries are wrong, the first at index {idx}: "
+                f"it should be {should}, got {actual[idx]}")
     finite = np.isfinite(expected)
     err = np.where(finite, np.abs(actual - np.where(finite, expected, 0.0)), 0.0)
     tol = atol + rtol * np.abs(np.where(finite, expected, 0.0))
@@ -41,10 +47,8 @@ def compare_arrays(actual: np.ndarray, expected: np.ndarray, what: str, rtol: fl
     if bad.any():
         worst = np.unravel_index(np.argmax(np.where(bad, err - tol, -np.inf)), err.shape)
         worst = tuple(int(i) for i in worst)
-        return (
-            f"{what}: {int(bad.sum())} of {err.size} entries differ; the largest error is {err[worst]:.3g} "
-            f"at index {worst} (expected {expected[worst]:.6g}, got {actual[worst]:.6g})"
-        )
+        return (f"{what}: {int(bad.sum())} of {err.size} entries differ; the largest error is {err[worst]:.3g} "
+                f"at index {worst}")
     return None
 
 
@@ -66,17 +70,15 @@ def _kind(value) -> str:
 def _data_difference(actual, expected, rtol: float, atol: float, where: list[str]) -> str | None:
     at = f"{', '.join(where)}: " if where else ""
     if _kind(actual) != _kind(expected):
-        def show(v):
-            return "None" if v is None else f"{_kind(v)} {_short(v)}"
-        return f"{at}expected {show(expected)}, got {show(actual)}"
+        got = "None" if actual is None else f"{_kind(actual)} {_short(actual)}"
+        return f"{at}expected {_kind(expected)}, got {got}"
     if isinstance(expected, dict):
         missing = [k for k in expected if k not in actual]
         extra = [k for k in actual if k not in expected]
         if missing or extra:
             parts = []
             if missing:
-                parts.append(f"{len(missing)} expected key(s) missing, e.g. {_short(missing[0], 80)} "
-                             f"(expected value {_short(expected[missing[0]], 80)})")
+                parts.append(f"{len(missing)} expected key(s) missing")
             if extra:
                 parts.append(f"{len(extra)} unexpected key(s), e.g. {_short(extra[0], 80)} "
                              f"(value {_short(actual[extra[0]], 80)})")
@@ -88,26 +90,29 @@ def _data_difference(actual, expected, rtol: float, atol: float, where: list[str
         return None
     if isinstance(expected, (list, tuple)):
         if len(actual) != len(expected):
-            return f"{at}expected {len(expected)} item(s) {_short(expected)}, got {len(actual)} {_short(actual)}"
+            return f"{at}expected {len(expected)} item(s), got {len(actual)}: {_short(actual)}"
         for j, (a, e) in enumerate(zip(actual, expected)):
             if _data_difference(a, e, rtol, atol, []) is None:
                 continue
             if isinstance(e, dict) or (isinstance(e, (list, tuple)) and any(isinstance(x, (list, tuple, dict)) for x in e)):
                 return _data_difference(a, e, rtol, atol, where + [f"item {j}"])  # nested: find the exact spot
-            whole = f" (in full: expected {_short(expected)}, got {_short(actual)})" if len(repr(expected)) <= 200 else ""
-            return f"{', '.join(where + [f'item {j}'])}: expected {_short(e, 80)}, got {_short(a, 80)}{whole}"
+            return f"{', '.join(where + [f'item {j}'])} is wrong: got {_short(a, 80)}"
         return None
     if isinstance(expected, (int, float)) and not isinstance(expected, bool):
         e, a = float(expected), float(actual)
         same = a == e if math.isinf(e) or math.isinf(a) else abs(a - e) <= atol + rtol * abs(e)
-        return None if same else f"{at}expected {expected!r}, got {actual!r}"
-    return None if actual == expected else f"{at}expected {_short(expected)}, got {_short(actual)}"
+        if same:
+            return None
+        off = "" if math.isinf(e) or math.isinf(a) or math.isnan(a) else f", off by {abs(a - e):.3g}"
+        return f"{at}got {actual!r}{off}"
+    return None if actual == expected else f"{at}got {_short(actual)}, which is wrong"
 
 
 def compare_data(actual, expected, what: str, rtol: float, atol: float) -> str | None:
     """``None`` when ``actual`` equals ``expected`` as plain data (strings, bools, None exactly; numbers within
     ``atol + rtol * |expected|``, NaN never; lists and tuples interchangeable; dicts by key, in any order), else
-    a message naming the first difference, e.g. ``"...: item 2: expected ('e', 's'), got ('s', 't')"``."""
+    a message naming the first difference without showing the expected value, e.g.
+    ``"...: item 2 is wrong: got ('s', 't')"``."""
     try:
         if isinstance(expected, tuple) and len(expected) > 1 and isinstance(actual, (list, tuple)) and len(actual) == len(expected):
             for j, (a, e) in enumerate(zip(actual, expected)):  # several returned values: name which one is wrong

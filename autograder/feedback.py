@@ -6,7 +6,9 @@ source, so hidden tests cannot leak through it.
 
 from __future__ import annotations
 
+import hashlib
 import html
+import re
 from pathlib import Path
 
 STATUS_TEXT = {
@@ -18,6 +20,8 @@ STATUS_TEXT = {
     "crashed": "Your notebook crashed. Points from the tests before that point count.",
     "invalid-notebook": "Your file could not be read as a Jupyter notebook, so it was not run.",
     "missing": "No notebook with the expected name was found in your submission.",
+    "grader-error": "The grader itself failed on your submission; this is not your fault. Your instructor has been "
+                    "told and will grade it again.",
 }
 
 _STYLE = """
@@ -47,8 +51,10 @@ def render(result, assignment: str, max_score: float) -> str:
         f"<p>Automatically graded score: <b>{result.score:g} / {max_score:g}</b></p>",
         "<table><tr><th>test</th><th>points</th><th>result</th></tr>" + "".join(rows) + "</table>",
     ]
+    if result.tampering:
+        parts.append("<h2>Changes to read-only cells</h2><ul>" + "".join(f"<li>{e(n)}</li>" for n in result.tampering) + "</ul>")
     if result.notes:
-        parts.append("<h2>Changes to read-only cells</h2><ul>" + "".join(f"<li>{e(n)}</li>" for n in result.notes) + "</ul>")
+        parts.append("<h2>Notes</h2><ul>" + "".join(f"<li>{e(n)}</li>" for n in result.notes) + "</ul>")
     if result.cell_errors:
         parts.append("<h2>Errors raised while your notebook ran</h2>"
                      + "".join(f"<pre>{e(msg)}</pre>" for msg in result.cell_errors))
@@ -58,8 +64,24 @@ def render(result, assignment: str, max_score: float) -> str:
     return "\n".join(parts)
 
 
+def folder_name(student: str) -> str:
+    """A file-system-safe, unique folder name for a student name (which comes from a file name a student chose):
+    only ``A-Z a-z 0-9 . _ -``, no leading dot, at most 80 characters, and a short hash of the name whenever
+    anything had to change. ``folder_name("alice")`` -> ``"alice"``; ``folder_name("../x")`` -> ``"_.._x-…"``."""
+    safe = re.sub(r"[^A-Za-z0-9._-]", "_", student)[:80]
+    if safe.startswith("."):
+        safe = "_" + safe[:79]
+    if safe != student or not safe:
+        safe += "-" + hashlib.sha256(student.encode("utf-8", "surrogateescape")).hexdigest()[:10]
+    return safe
+
+
 def write_feedback(result, assignment: str, notebook: str, max_score: float, out: Path) -> Path:
-    folder = out / "feedback" / result.student
+    """Write ``out/feedback/<folder_name(student)>/<notebook>.html``; the path never leaves ``out/feedback``."""
+    root = (out / "feedback").resolve()
+    folder = root / folder_name(result.student)
+    if folder.parent != root:
+        raise ValueError(f"feedback folder {folder} is not directly inside {root}")
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / (Path(notebook).stem + ".html")
     path.write_text(render(result, assignment, max_score), encoding="utf-8")

@@ -30,10 +30,12 @@ class GradedItem:
 
 @dataclass
 class Template:
-    """What the release notebook says: the graded items in order, and the protected cells by grade_id."""
+    """What the release notebook says: the graded items in order, the protected cells by grade_id, and every
+    release cell in order (to find cells whose metadata an editor stripped)."""
 
     items: list[GradedItem]
     protected: dict[str, nbformat.NotebookNode]
+    cells: list[nbformat.NotebookNode] = field(default_factory=list)
 
     @classmethod
     def from_release(cls, nb: nbformat.NotebookNode) -> "Template":
@@ -48,7 +50,7 @@ class Template:
                 items.append(GradedItem(gid, float(meta.get("points", 0)), kind, cell.source))
             if meta.get("locked") or (meta.get("grade") and not meta.get("solution")):
                 protected[gid] = cell
-        return cls(items, protected)
+        return cls(items, protected, list(nb.cells))
 
     @property
     def auto_items(self) -> list[GradedItem]:
@@ -56,7 +58,8 @@ class Template:
 
 
 def parse_notebook(data: bytes) -> nbformat.NotebookNode:
-    """Bytes of a submitted ``.ipynb`` -> a validated nbformat-4 notebook, or ``InvalidNotebook``."""
+    """Bytes of a submitted ``.ipynb`` (nbformat 4, or 3, which is upgraded) -> a validated nbformat-4
+    notebook, or ``InvalidNotebook``."""
     if len(data) > MAX_NOTEBOOK_BYTES:
         raise InvalidNotebook(f"the notebook is {len(data) / 2**20:.0f} MB; the limit is {MAX_NOTEBOOK_BYTES // 2**20} MB")
     try:
@@ -65,29 +68,85 @@ def parse_notebook(data: bytes) -> nbformat.NotebookNode:
         raise InvalidNotebook(f"the file is not UTF-8 text (bad byte at position {err.start})") from None
     try:
         raw = json.loads(text)
-    except json.JSONDecodeError as err:
-        raise InvalidNotebook(f"the file is not valid JSON ({err.msg} at line {err.lineno}, column {err.colno})") from None
-    if not isinstance(raw, dict) or "cells" not in raw:
+    except (json.JSONDecodeError, RecursionError) as err:
+        where = f" ({err.msg} at line {err.lineno}, column {err.colno})" if isinstance(err, json.JSONDecodeError) else ""
+        raise InvalidNotebook(f"the file is not valid JSON{where}") from None
+    if not isinstance(raw, dict) or not ("cells" in raw or "worksheets" in raw):
         raise InvalidNotebook("the JSON is not a Jupyter notebook (no 'cells')")
     try:
-        nb = nbformat.reads(text, as_version=4)
+        nb = nbformat.reads(text, as_version=4)  # upgrades nbformat 3 (worksheets) to 4
         nbformat.validate(nb)
-    except Exception as err:  # nbformat raises several unrelated types for malformed input
-        raise InvalidNotebook(f"the notebook does not follow the Jupyter format: {str(err).splitlines()[0][:200]}") from None
+    except Exception as err:  # noqa: BLE001 - nbformat raises several unrelated types for malformed input
+        first_line = (str(err).splitlines() or [type(err).__name__])[0]
+        raise InvalidNotebook(f"the notebook does not follow the Jupyter format: {first_line[:200]}") from None
     return nb
 
 
 @dataclass
 class Prepared:
-    """The notebook phase 1 runs, what was changed in protected cells, and the written answers."""
+    """The notebook phase 1 runs, with where each of its code cells came from (``origins``); edits to
+    protected cells (``tampering``); informational ``notes``; and the written answers."""
 
     notebook: nbformat.NotebookNode
     tampering: list[str] = field(default_factory=list)
     answers: dict[str, str] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+    origins: list[str] = field(default_factory=list)
 
 
 def _norm(source: str) -> str:
     return "\n".join(line.rstrip() for line in source.strip().splitlines())
+
+
+def _identify(submission: nbformat.NotebookNode, template: Template) -> list[str | None]:
+    """The release grade_id of each submitted cell, or None for the student's own cells.
+
+    A cell is identified by its nbgrader metadata, or, when an editor stripped that, by having exactly the
+    source of a release cell that has a grade_id. Written answers whose metadata was stripped are found by
+    position: the student's markdown between the release cell before the answer and the next known cell.
+    """
+    known = {c.metadata["nbgrader"]["grade_id"]: c for c in template.cells
+             if isinstance(c.metadata.get("nbgrader"), dict) and c.metadata["nbgrader"].get("grade_id")}
+    by_source: dict[str, str] = {}
+    for gid, cell in known.items():
+        if gid in template.protected and _norm(cell.source):
+            by_source.setdefault(_norm(cell.source), gid)
+    ids: list[str | None] = []
+    for cell in submission.cells:
+        meta = cell.metadata.get("nbgrader") if isinstance(cell.metadata.get("nbgrader"), dict) else {}
+        gid = meta.get("grade_id") if isinstance(meta.get("grade_id"), str) else None
+        if gid not in known:
+            gid = by_source.get(_norm(cell.source)) if not meta else None
+        ids.append(gid)
+
+    release_order = [c.metadata.get("nbgrader", {}).get("grade_id") for c in template.cells]
+    for answer in (i for i in template.items if i.kind == "manual" and i.grade_id not in ids):
+        position = release_order.index(answer.grade_id)
+        anchor = release_order[position - 1] if position > 0 else None
+        if anchor not in ids:
+            continue
+        start = ids.index(anchor) + 1
+        end = next((j for j in range(start, len(ids)) if ids[j] is not None), len(ids))
+        answer_type = known[answer.grade_id].cell_type
+        for j in range(start, end):
+            if submission.cells[j].cell_type == answer_type and not submission.cells[j].metadata.get("nbgrader"):
+                ids[j] = answer.grade_id
+    return ids
+
+
+def _originals(submission: nbformat.NotebookNode, ids: list[str | None], template: Template) -> dict[str, int]:
+    """For each grade_id, the index of the cell that counts when it appears more than once (a pasted copy of a
+    test cell keeps its metadata, but not its cell id): the copy that kept the release cell's id, else the first."""
+    release_ids = {c.metadata.get("nbgrader", {}).get("grade_id"): c.get("id") for c in template.cells}
+    chosen: dict[str, int] = {}
+    chosen_keeps_id: dict[str, bool] = {}
+    for index, gid in enumerate(ids):
+        if gid is None:
+            continue
+        keeps_id = release_ids.get(gid) is not None and submission.cells[index].get("id") == release_ids[gid]
+        if gid not in chosen or (keeps_id and not chosen_keeps_id[gid]):
+            chosen[gid], chosen_keeps_id[gid] = index, keeps_id
+    return chosen
 
 
 def prepare(submission: nbformat.NotebookNode, template: Template) -> Prepared:
@@ -95,45 +154,60 @@ def prepare(submission: nbformat.NotebookNode, template: Template) -> Prepared:
 
     Cells keep the submission's order; a deleted test cell's capture runs at the end and deleted set-up code
     at the start. Markdown is dropped (nothing to run) except written answers, collected for the instructor.
+    Copies of a graded or read-only cell are ignored (noted, not tampering); only the original counts.
     """
-    tampering, answers, seen = [], {}, set()
+    prepared = Prepared(new_notebook())
     cells = [new_code_cell('import sys\nsys.path.insert(0, "/grader")')]
+    prepared.origins.append("the grader's set-up")
     auto_ids = {i.grade_id for i in template.auto_items}
-    manual = {i.grade_id: i for i in template.items if i.kind == "manual"}
+    manual = {i.grade_id for i in template.items if i.kind == "manual"}
     points = {i.grade_id: i.points for i in template.items}
-    for cell in submission.cells:
-        meta = cell.metadata.get("nbgrader", {}) if isinstance(cell.metadata.get("nbgrader"), dict) else {}
-        gid = meta.get("grade_id")
-        if gid in seen and (gid in template.protected or gid in manual):
-            tampering.append(f"cell {gid!r} appears more than once; only the first copy was used")
-            continue
-        if gid:
-            seen.add(gid)
-        if gid in points and meta.get("points") is not None and meta.get("points") != points[gid]:
-            tampering.append(f"the points of {gid!r} were changed from {points[gid]:g} to {meta.get('points')} (restored)")
+    ids = _identify(submission, template)
+    originals = _originals(submission, ids, template)
+    answer_parts: dict[str, list[str]] = {}
+    for index, (cell, gid) in enumerate(zip(submission.cells, ids)):
+        where = f"your cell {index + 1}"
         if gid in manual:
-            answers[gid] = cell.source
+            if originals[gid] == index or not cell.metadata.get("nbgrader"):
+                answer_parts.setdefault(gid, []).append(cell.source)
+            else:
+                prepared.notes.append(f"a copy of the answer cell {gid!r} ({where}) was ignored")
             continue
         if gid in template.protected:
+            if originals[gid] != index:
+                prepared.notes.append(f"a copy of the read-only cell {gid!r} ({where}) was not run")
+                continue
             original = template.protected[gid]
+            meta = cell.metadata.get("nbgrader", {})
+            if gid in points and isinstance(meta, dict) and meta.get("points") is not None and meta.get("points") != points[gid]:
+                prepared.tampering.append(f"the points of {gid!r} were changed from {points[gid]:g} to "
+                                          f"{str(meta.get('points'))[:20]} (restored)")
             if _norm(cell.source) != _norm(original.source) or cell.cell_type != original.cell_type:
-                tampering.append(f"read-only cell {gid!r} was edited (restored)")
+                prepared.tampering.append(f"read-only cell {gid!r} was edited (restored)")
             if gid in auto_ids:
                 cells.append(new_code_cell(f'__import__("capture").capture({gid!r})'))
+                prepared.origins.append(f"test cell {gid!r} ({where})")
             elif original.cell_type == "code":
                 cells.append(new_code_cell(original.source))
+                prepared.origins.append(f"read-only cell {gid!r} ({where})")
             continue
         if cell.cell_type == "code":
             cells.append(new_code_cell(cell.source))
+            prepared.origins.append(where)
     for gid, original in template.protected.items():
-        if gid not in seen:
-            tampering.append(f"read-only cell {gid!r} was deleted (restored)")
+        if gid not in originals:
+            prepared.tampering.append(f"read-only cell {gid!r} was deleted (restored)")
             if gid in auto_ids:
                 cells.append(new_code_cell(f'__import__("capture").capture({gid!r})'))
+                prepared.origins.append(f"test cell {gid!r} (deleted; run at the end)")
             elif original.cell_type == "code":  # set-up code (imports, helpers): restore it before everything
                 cells.insert(1, new_code_cell(original.source))
+                prepared.origins.insert(1, f"read-only cell {gid!r} (deleted; restored at the start)")
     for gid in manual:
-        if gid not in seen:
-            tampering.append(f"the answer cell {gid!r} was deleted")
-    nb = new_notebook(cells=cells, metadata={"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}})
-    return Prepared(nb, tampering, answers)
+        if gid in answer_parts:
+            prepared.answers[gid] = "\n\n".join(answer_parts[gid])
+        else:
+            prepared.tampering.append(f"the answer cell {gid!r} was deleted")
+    prepared.notebook = new_notebook(cells=cells, metadata={
+        "kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}})
+    return prepared

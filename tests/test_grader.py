@@ -278,7 +278,8 @@ def test_parallel_grading_equals_sequential(graded, tmp_path):
     with open(out / "grades.csv", newline="") as f:
         sequential = {r["student"]: r for r in csv.DictReader(f)}
     for name, row in sequential.items():
-        assert row == rows[name], name
+        assert {k: v for k, v in row.items() if k not in ("seconds", "cpu_seconds")} == \
+            {k: v for k, v in rows[name].items() if k not in ("seconds", "cpu_seconds")}, name
 
 
 @pytest.mark.parametrize("assignment,full", [("ps2-positions", 13), ("ps3-tokenizers", 16), ("ps4-decoding", 11),
