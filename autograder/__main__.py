@@ -2,7 +2,8 @@
 
     python -m autograder generate [ASSIGNMENT ...]          release notebooks: solutions/ -> exercises/ (nbgrader)
     python -m autograder grade ASSIGNMENT SUBMISSIONS_DIR --out OUT_DIR [--workers N] [--timeout SECONDS]
-                               [--memory MB] [--seed N] [--unsafe-no-sandbox]
+                               [--notebook-timeout SECONDS] [--memory MB] [--seed N] [--unsafe-no-sandbox]
+                               [--only NAME ... | --retry-failed] [--gradebook PATH] [--scheduler ADDRESS]
 
 The exit code is 0 when the grader itself worked, whatever the submissions did, and 3 when it failed on some
 submission (status grader-error; every other submission is still graded and grades.csv is written).
@@ -46,9 +47,27 @@ def _progress(done: int, total: int, student: str) -> None:
     sys.stderr.flush()
 
 
+def _select(args, submissions: dict, existing: dict) -> dict:
+    """The submissions this run grades: all, ``--only`` names, or ``--retry-failed`` (no finished row yet)."""
+    from autograder.results import FINISHED, csv_safe
+
+    if args.only:
+        unknown = [name for name in args.only if name not in submissions]
+        if unknown:
+            raise SystemExit(f"--only: no submission named {', '.join(map(repr, unknown))} in {args.submissions}")
+        return {name: submissions[name] for name in args.only}
+    if args.retry_failed:
+        return {name: sub for name, sub in submissions.items()
+                if existing.get(csv_safe(name), {}).get("status") not in FINISHED}
+    return submissions
+
+
 def grade(args) -> int:
     from autograder.feedback import write_feedback
-    from autograder.grade import Options, clean_output_dir, find_submissions, grade_all, release_template, write_csv
+    from autograder.grade import Options, grade_all, release_template
+    from autograder.intake import find_submissions
+    from autograder.report import write_report
+    from autograder.results import merge, prepare_output_dir, read_rows, write_rows
     from autograder.sandbox import bubblewrap_available
 
     template, notebook = release_template(args.assignment)
@@ -60,30 +79,42 @@ def grade(args) -> int:
                          "Install the Debian package `bubblewrap` (make setup does), or pass --unsafe-no-sandbox "
                          "if you trust every submission.")
     out = Path(args.out)
-    submissions, warnings = find_submissions(Path(args.submissions), exclude=out)
+    submissions, warnings = find_submissions(Path(args.submissions), notebook, exclude=out)
     for warning in warnings:
         print(f"warning: {warning}", file=sys.stderr)
-    clean_output_dir(out)
+    prepare_output_dir(out, args.assignment, template)
+    existing = read_rows(out / "grades.csv")
+    selected = _select(args, submissions, existing)
     options = Options(cell_timeout=args.timeout, notebook_timeout=args.notebook_timeout, memory_mb=args.memory,
                       seed=args.seed, unsafe_no_sandbox=args.unsafe_no_sandbox)
     started = time.monotonic()
-    results = grade_all(args.assignment, submissions, options, args.workers, _progress)
-    max_score = sum(i.points for i in template.auto_items)
-    write_csv(results, template, out / "grades.csv")
+    results = grade_all(args.assignment, selected, options, args.workers, _progress, scheduler=args.scheduler)
+    rows = merge(existing, results, template)
+    write_rows(rows, template, out / "grades.csv")
+    auto_max = sum(i.points for i in template.auto_items)
     for result in results:
         try:
-            write_feedback(result, args.assignment, notebook, max_score, out)
+            write_feedback(result, args.assignment, notebook, auto_max, out)
         except Exception as err:  # noqa: BLE001 - one page that cannot be written must not lose the others
             print(f"warning: could not write the feedback of {result.student!r}: {err}", file=sys.stderr)
+    if args.gradebook:
+        from autograder.grade import release_notebook
+        from autograder.gradebook import record
+
+        record(Path(args.gradebook), args.assignment, notebook, template, results, release_notebook(args.assignment))
+    write_report(rows, template, args.assignment, out / "report.html")
     elapsed = time.monotonic() - started
     print(f"\n{'student':<24} {'status':<17} {'tampered':<9} score")
     for r in results:
-        print(f"{r.student[:24]:<24} {r.status:<17} {'yes' if r.tampered else 'no':<9} {r.score:g} / {max_score:g}")
+        print(f"{r.student[:24]:<24} {r.status:<17} {'yes' if r.tampered else 'no':<9} {r.score:g} / {auto_max:g}")
     counts = {}
     for r in results:
         counts[r.status] = counts.get(r.status, 0) + 1
     summary = ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
-    print(f"\n{len(results)} submissions in {elapsed:.1f} s ({summary}); wrote {out / 'grades.csv'} and {out / 'feedback'}/")
+    kept = len(rows) - len(results)
+    print(f"\n{len(results)} submissions graded in {elapsed:.1f} s ({summary or 'none'})"
+          + (f"; {kept} earlier results kept" if kept else "")
+          + f"; wrote {out / 'grades.csv'}, {out / 'report.html'} and {out / 'feedback'}/")
     if counts.get("grader-error"):
         print(f"error: the grader failed on {counts['grader-error']} submission(s); see their detail column",
               file=sys.stderr)
@@ -106,6 +137,15 @@ def main(argv=None) -> int:
     gr.add_argument("--memory", type=int, default=2048, help="MB per submission (default 2048)")
     gr.add_argument("--seed", type=int, default=0, help="seed of the hidden inputs (default 0)")
     gr.add_argument("--unsafe-no-sandbox", action="store_true", help="run submissions without bubblewrap")
+    again = gr.add_mutually_exclusive_group()
+    again.add_argument("--only", action="append", metavar="NAME",
+                       help="grade only this student (repeatable); the other rows are kept")
+    again.add_argument("--retry-failed", action="store_true",
+                       help="grade only the students whose status is not graded or tampered (or who have no row)")
+    gr.add_argument("--gradebook", metavar="PATH",
+                    help="also record every submission in this nbgrader gradebook database (sqlite file)")
+    gr.add_argument("--scheduler", metavar="ADDRESS",
+                    help="run phase 1 on the workers of this Dask cluster (e.g. tcp://10.0.0.5:8786)")
     args = parser.parse_args(argv)
     if args.command == "generate":
         generate(args.assignments)

@@ -18,7 +18,6 @@ import numpy as np
 
 from autograder.capture import from_data, to_data
 from autograder.compare import compare_arrays, compare_data
-from autograder.sandbox import read_result_file
 
 MAX_OUTPUT_BYTES = 64 * 2**20  # one captured array; larger files are rejected unread
 MAX_DATA_BYTES = 4 * 2**20  # one captured plain-data result (JSON)
@@ -57,7 +56,10 @@ class Check:
     expected value (an array, or a tuple of arrays when the student's function returns a tuple).
 
     ``output="data"``: the function returns plain data (strings, numbers, lists, tuples, dicts, as a tokenizer
-    does), captured as JSON and compared by ``compare_data`` (numbers within ``rtol``/``atol``)."""
+    does), captured as JSON and compared by ``compare_data`` (numbers within ``rtol``/``atol``).
+
+    ``depends_on``: the student's own functions that ``function`` calls (multi-head attention calls softmax);
+    when this check fails and one of those fails its own checks, the feedback says to fix that one first."""
 
     function: str
     cases: Callable[[np.random.Generator], list[Case]]
@@ -65,6 +67,7 @@ class Check:
     rtol: float = 1e-6
     atol: float = 1e-8
     output: str = "arrays"  # or "data"
+    depends_on: tuple[str, ...] = ()  # the student's other functions this one calls (named when they fail)
 
 
 @dataclass
@@ -156,18 +159,10 @@ def parse_npy(data: bytes) -> np.ndarray | None:
     return array.copy()  # writable, and independent of the file's bytes
 
 
-def load_output(workdir: Path, relative: str) -> np.ndarray | None:
-    """A captured ``.npy`` file as a float64, int64 or bool array; ``None`` if it is missing, reached through a
-    link, too large, pickled, or anything else (see :func:`parse_npy`)."""
-    data = read_result_file(workdir, relative, MAX_OUTPUT_BYTES)
-    return None if data is None else parse_npy(data)
-
-
-def load_data_output(workdir: Path, relative: str):
-    """A captured JSON result decoded by ``from_data``; ``(False, None)`` if it is missing, too large or
-    malformed, else ``(True, value)``."""
-    raw = read_result_file(workdir, relative, MAX_DATA_BYTES)
-    if raw is None:
+def decode_data(raw: bytes | None):
+    """A captured JSON result decoded by ``from_data``; ``(False, None)`` if it is missing or malformed, else
+    ``(True, value)``."""
+    if raw is None or len(raw) > MAX_DATA_BYTES:
         return False, None
     try:
         return True, from_data(json.loads(raw.decode("utf-8")))
@@ -175,17 +170,32 @@ def load_data_output(workdir: Path, relative: str):
         return False, None
 
 
-def judge(check: Check, check_id: str, cases: list[Case], expected_all: list, workdir: Path) -> CheckResult:
-    """Compare every case's captured output (under ``workdir/.grader-outputs/<check_id>/``) with the
+def captured_files(check: Check, check_id: str, expected_all: list) -> dict[str, int]:
+    """Every file phase 1 may leave for this check that :func:`judge` reads, with the most bytes it reads of
+    each (``{".grader-outputs/<check>/case0_out0.npy": MAX_OUTPUT_BYTES, ...}``): what a worker sends back."""
+    folder = f"{OUTPUTS}/{check_id}"
+    files = {}
+    for i, expected in enumerate(expected_all):
+        files[f"{folder}/case{i}.error.txt"] = 4000
+        if check.output == "data":
+            files[f"{folder}/case{i}_out.json"] = MAX_DATA_BYTES
+        else:
+            for j in range(_value_count(expected) + 1):  # one more: to notice an extra returned value
+                files[f"{folder}/case{i}_out{j}.npy"] = MAX_OUTPUT_BYTES
+    return files
+
+
+def judge(check: Check, check_id: str, cases: list[Case], expected_all: list, files: dict[str, bytes]) -> CheckResult:
+    """Compare every case's captured output (``files``, by the names of :func:`captured_files`) with the
     reference's answers ``expected_all``; the first failing case explains the verdict."""
     folder = f"{OUTPUTS}/{check_id}"
     for i, (case, expected) in enumerate(zip(cases, expected_all)):
         label = f"hidden case {i + 1} of {len(cases)}, {case.describe(check.function)}"
-        error = read_result_file(workdir, f"{folder}/case{i}.error.txt", 4000)
+        error = files.get(f"{folder}/case{i}.error.txt")
         if error is not None:
             return CheckResult(False, f"{label} raised {error.decode('utf-8', 'replace').strip()}")
         if check.output == "data":
-            found, got = load_data_output(workdir, f"{folder}/case{i}_out.json")
+            found, got = decode_data(files.get(f"{folder}/case{i}_out.json"))
             if not found:
                 return CheckResult(False, f"{label}: the grader received no result (did the notebook stop before this test?)")
             problem = compare_data(got, expected, label, check.rtol, check.atol)
@@ -194,7 +204,8 @@ def judge(check: Check, check_id: str, cases: list[Case], expected_all: list, wo
             continue
         expected = expected if isinstance(expected, tuple) else (expected,)
         for j, exp in enumerate(expected):
-            got = load_output(workdir, f"{folder}/case{i}_out{j}.npy")
+            data = files.get(f"{folder}/case{i}_out{j}.npy")
+            got = None if data is None else parse_npy(data)
             if got is None:
                 what = "no result" if j == 0 else f"only {j} value(s), expected {len(expected)}"
                 return CheckResult(False, f"{label}: the grader received {what} (did the notebook stop before this test?)")
@@ -202,6 +213,6 @@ def judge(check: Check, check_id: str, cases: list[Case], expected_all: list, wo
             problem = compare_arrays(got, np.asarray(exp), part, check.rtol, check.atol)
             if problem:
                 return CheckResult(False, problem)
-        if read_result_file(workdir, f"{folder}/case{i}_out{len(expected)}.npy", MAX_OUTPUT_BYTES) is not None:
+        if files.get(f"{folder}/case{i}_out{len(expected)}.npy") is not None:
             return CheckResult(False, f"{label}: returned more than {len(expected)} value(s)")
     return CheckResult(True, "the hidden case passes" if len(cases) == 1 else f"all {len(cases)} hidden cases pass")

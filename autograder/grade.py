@@ -27,14 +27,11 @@ import contextlib
 import hashlib
 import json
 import multiprocessing
-import os
 import signal
-import stat
 import sys
 import threading
 import time
 import traceback
-import zipfile
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
@@ -44,17 +41,16 @@ import nbformat
 import numpy as np
 
 from autograder import assignments
-from autograder.checks import CheckResult, expected_results, judge, write_inputs
-from autograder.notebooks import InvalidNotebook, Template, parse_notebook, prepare
-from autograder.sandbox import Limits, read_result_file, run_sandboxed, work_folder
+from autograder.checks import CheckResult, captured_files, expected_results, judge, write_inputs
+from autograder.intake import MAX_SIBLING_BYTES, Loaded, Submission, load
+from autograder.notebooks import InvalidNotebook, Prepared, Template, parse_notebook, prepare
+from autograder.sandbox import Limits, SandboxResult, read_result_file, run_sandboxed, work_folder
 
 PACKAGE = Path(__file__).resolve().parent
 ROOT = PACKAGE.parent
 STATUSES = ("graded", "tampered", "timeout", "memory-limit", "crashed", "invalid-notebook", "missing", "grader-error")
-MAX_ZIP_BYTES = 50 * 2**20  # a submitted zip, and the notebook inside it
-MAX_SIBLING_BYTES = 10 * 2**20  # files beside the notebook (helpers, data) copied into the work folder, in total
-MAX_SIBLING_FILES = 50
 MAX_RUN_RECORD_BYTES = 2**20
+MAX_COLLECTED_BYTES = 256 * 2**20  # all captured results of one submission that a worker sends back
 PHASE2_SECONDS = 120.0  # comparing one submission's captured results; far above what honest results need
 NOTEBOOK_IN_SANDBOX = ".grader-notebook.ipynb"
 
@@ -99,162 +95,6 @@ class SubmissionResult:
         return bool(self.tampering)
 
 
-# ----------------------------------------------------------------------------------------------
-# The submissions folder (untrusted: names, links and archives come from students)
-# ----------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Submission:
-    """One entry of the submissions folder: a student's folder or zip, or an entry that cannot be graded
-    (``problem`` says why, e.g. a symbolic link, which is never followed)."""
-
-    path: Path
-    kind: str  # "folder", "zip" or "link"
-    problem: str = ""
-
-
-def student_name(entry_name: str) -> str:
-    """A printable, unique student name for a file name: names that are not valid UTF-8 or hold control
-    characters are shown with replacement characters and a short hash of the real name, e.g.
-    ``student_name("b\\udcffob")`` -> ``"b�ob [5a1c…]"``."""
-    clean = entry_name.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
-    clean = "".join(ch if ch.isprintable() else "?" for ch in clean)
-    if clean != entry_name:
-        clean += f" [{hashlib.sha256(os.fsencode(entry_name)).hexdigest()[:8]}]"
-    return clean
-
-
-def find_submissions(folder: Path, exclude: Path | None = None) -> tuple[dict[str, Submission], list[str]]:
-    """Every entry of ``folder`` ends in exactly one submission (a row) or one warning:
-    ``<student>/`` folders (dot-folders too) and ``<student>.zip`` files are submissions; symbolic links are
-    submissions that cannot be graded; anything else is a warning. ``exclude`` (the output folder) is skipped."""
-    if not folder.is_dir():
-        raise SystemExit(f"submissions folder {folder} does not exist")
-    found: dict[str, Submission] = {}
-    warnings: list[str] = []
-    entries = sorted(os.scandir(folder), key=lambda e: e.name)
-    for entry in entries:
-        name = student_name(entry.name)
-        path = Path(entry.path)
-        if exclude is not None and path.resolve() == exclude.resolve():
-            warnings.append(f"{name}: skipped, it is the output folder")
-            continue
-        if entry.is_symlink():
-            stem = name[:-4] if name.endswith(".zip") else name
-            target = os.readlink(entry.path)
-            found[stem] = Submission(path, "link", f"{name} is a symbolic link (to {target[:200]}); "
-                                                   "the grader never follows links")
-        elif entry.is_dir(follow_symlinks=False):
-            found[name] = Submission(path, "folder")
-        elif entry.is_file(follow_symlinks=False) and name.lower().endswith(".zip"):
-            stem = name[:-4]
-            if stem in found:  # sorted: a folder "alice" comes before "alice.zip"
-                warnings.append(f"{name}: ignored, the folder {stem}/ is graded for this student")
-            else:
-                found[stem] = Submission(path, "zip")
-        else:
-            warnings.append(f"{name}: ignored, not a student folder or a .zip")
-    return found, warnings
-
-
-class _SizeLimitExceeded(InvalidNotebook):
-    pass
-
-
-def _read_bounded(handle, limit: int, what: str) -> bytes:
-    data = handle.read(limit + 1)
-    if len(data) > limit:
-        raise _SizeLimitExceeded(f"{what} is larger than {limit // 2**20} MB")
-    return data
-
-
-def _read_from_zip(path: Path, notebook: str) -> tuple[bytes | None, dict[str, bytes], list[str]]:
-    """The bytes of ``notebook`` anywhere inside the zip (LMS exports nest folders), the files beside it, and
-    the other notebook names seen. Every way a zip can be broken (encrypted, unsupported compression, sizes
-    or checksums that lie, truncated) is ``InvalidNotebook``; reads are bounded whatever the headers claim."""
-    try:
-        if path.stat().st_size > MAX_ZIP_BYTES:
-            raise InvalidNotebook(f"{path.name} is larger than {MAX_ZIP_BYTES // 2**20} MB")
-        with zipfile.ZipFile(path) as zf:
-            infos = [i for i in zf.infolist() if not i.is_dir() and "__MACOSX" not in i.filename]
-            matches = [i for i in infos if i.filename.rsplit("/", 1)[-1] == notebook]
-            names = [i.filename for i in infos if i.filename.endswith(".ipynb")]
-            if not matches:
-                return None, {}, names
-            info = matches[0]
-            if info.flag_bits & 0x1:
-                raise InvalidNotebook(f"{notebook} in {path.name} is encrypted")
-            with zf.open(info) as f:
-                data = _read_bounded(f, MAX_ZIP_BYTES, f"{notebook} in {path.name}")
-            if len(data) != info.file_size:
-                raise InvalidNotebook(f"{path.name} is not a readable zip file: it says {notebook} has "
-                                      f"{info.file_size} bytes, but it holds {len(data)}")
-            folder = info.filename.rsplit("/", 1)[0] if "/" in info.filename else ""
-            siblings = {}
-            for other in infos:
-                other_folder = other.filename.rsplit("/", 1)[0] if "/" in other.filename else ""
-                if other is info or other_folder != folder or other.flag_bits & 0x1:
-                    continue
-                if len(siblings) >= MAX_SIBLING_FILES:
-                    break
-                try:
-                    with zf.open(other) as f:
-                        siblings[other.filename.rsplit("/", 1)[-1]] = _read_bounded(f, MAX_SIBLING_BYTES, other.filename)
-                except (_SizeLimitExceeded, zipfile.BadZipFile, NotImplementedError, RuntimeError, EOFError, OSError):
-                    continue  # a broken extra file is not the notebook's problem
-            return data, siblings, names
-    except InvalidNotebook:
-        raise
-    except (zipfile.BadZipFile, zipfile.LargeZipFile, NotImplementedError, RuntimeError, EOFError, OSError,
-            ValueError, OverflowError) as err:  # bad CRC, lying sizes, unsupported compression, password needed
-        raise InvalidNotebook(f"{path.name} is not a readable zip file ({type(err).__name__}: {str(err)[:200]})") from None
-    except Exception as err:  # noqa: BLE001 - the decompressors (zlib, bz2, lzma) raise their own error types
-        raise InvalidNotebook(f"{path.name} is not a readable zip file ({type(err).__name__})") from None
-
-
-def _read_regular_file(directory_fd: int, name: str, limit: int) -> bytes | None:
-    """A regular file's bytes, opened without following links; None for anything else or if over ``limit``."""
-    try:
-        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=directory_fd)
-    except OSError:
-        return None
-    with os.fdopen(fd, "rb") as f:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return None
-        data = f.read(limit + 1)
-    return data if len(data) <= limit else None
-
-
-def _read_from_folder(path: Path, notebook: str) -> tuple[bytes | None, dict[str, bytes], list[str]]:
-    """Like ``_read_from_zip`` for a folder: symbolic links (to files or folders) are never followed."""
-    candidates = []
-    for dirpath, dirnames, filenames in os.walk(path, followlinks=False):
-        dirnames[:] = sorted(d for d in dirnames if d != ".ipynb_checkpoints")
-        candidates += [Path(dirpath) / f for f in sorted(filenames) if f.endswith(".ipynb")]
-    named = [c for c in candidates if c.name == notebook]
-    if named and all(c.is_symlink() for c in named):
-        raise InvalidNotebook(f"{named[0].relative_to(path)} is a symbolic link; the grader never follows links")
-    for candidate in named:
-        if candidate.is_symlink():
-            continue
-        directory_fd = os.open(candidate.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
-        try:
-            data = _read_regular_file(directory_fd, candidate.name, MAX_ZIP_BYTES)
-            if data is None:
-                raise InvalidNotebook(f"{notebook} is not a regular file of at most {MAX_ZIP_BYTES // 2**20} MB")
-            siblings = {}
-            for entry in sorted(os.scandir(directory_fd), key=lambda e: e.name)[: MAX_SIBLING_FILES + 1]:
-                if entry.name != candidate.name and entry.is_file(follow_symlinks=False):
-                    content = _read_regular_file(directory_fd, entry.name, MAX_SIBLING_BYTES)
-                    if content is not None:
-                        siblings[entry.name] = content
-            return data, siblings, []
-        finally:
-            os.close(directory_fd)
-    return None, {}, [str(p.relative_to(path)) for p in candidates]
-
-
 def _place_siblings(siblings: dict[str, bytes], workdir: Path) -> list[str]:
     """Write the files the student submitted beside the notebook into the work folder (the notebook's folder,
     as in Jupyter), within a total size budget; the grader's own names are never overwritten."""
@@ -273,12 +113,16 @@ def _place_siblings(siblings: dict[str, bytes], workdir: Path) -> list[str]:
 # ----------------------------------------------------------------------------------------------
 
 
-def release_template(assignment: str) -> tuple[Template, str]:
-    module = assignments.load(assignment)
-    path = ROOT / "exercises" / assignment / module.NOTEBOOK
+def release_notebook(assignment: str) -> nbformat.NotebookNode:
+    """The release notebook in ``exercises/``: the trusted copy of what is protected, graded and worth how much."""
+    path = ROOT / "exercises" / assignment / assignments.load(assignment).NOTEBOOK
     if not path.exists():
         raise SystemExit(f"{path} does not exist: run `make assignments` to generate the release notebooks")
-    return Template.from_release(nbformat.read(path, as_version=4)), module.NOTEBOOK
+    return nbformat.read(path, as_version=4)
+
+
+def release_template(assignment: str) -> tuple[Template, str]:
+    return Template.from_release(release_notebook(assignment)), assignments.load(assignment).NOTEBOOK
 
 
 def _case_rng(seed: int, code_digest: str, grade_id: str) -> np.random.Generator:
@@ -373,34 +217,70 @@ def _zero_items(template: Template, message: str) -> list[ItemResult]:
     return [ItemResult(i.grade_id, i.kind, 0.0 if i.kind == "auto" else None, i.points, message) for i in template.items]
 
 
-def _grade(assignment: str, student: str, submission: Submission, options: Options) -> SubmissionResult:
-    module = assignments.load(assignment)
-    template, notebook_name = release_template(assignment)
-    not_graded = _zero_items(template, "not graded")
-    if submission.problem:
-        return SubmissionResult(student, "invalid-notebook", submission.problem, not_graded)
-    try:
-        reader = _read_from_zip if submission.kind == "zip" else _read_from_folder
-        data, siblings, others = reader(submission.path, notebook_name)
-        if data is None:
-            seen = f" (found: {', '.join(others[:5])})" if others else ""
-            return SubmissionResult(student, "missing", f"no notebook named {notebook_name}{seen}", not_graded)
-        prepared = prepare(parse_notebook(data), template)
-    except InvalidNotebook as err:
-        return SubmissionResult(student, "invalid-notebook", str(err), not_graded)
+@dataclass
+class Phase1Result:
+    """What phase 1 hands to phase 2: plain data, so that it can come back from a worker on another machine.
+    ``status`` is set when the submission ended before its notebook could run (missing, invalid, grader-error)."""
 
+    student: str
+    status: str = ""
+    detail: str = ""
+    notes: list[str] = field(default_factory=list)
+    prepared: Prepared | None = None
+    cases: dict = field(default_factory=dict)  # grade_id -> the hidden cases
+    expected: dict = field(default_factory=dict)  # grade_id -> the reference's answers
+    run: SandboxResult | None = None
+    files: dict[str, bytes] = field(default_factory=dict)  # the captured results that judge() reads
+    cells: list[dict] = field(default_factory=list)  # the runner's record (untrusted)
+    seconds: float = 0.0
+
+
+def _collect(workdir: Path, names: dict[str, int]) -> dict[str, bytes]:
+    """The captured files ``names`` (path -> most bytes read) that exist as regular files, within one total."""
+    files, total = {}, 0
+    for name, limit in names.items():
+        data = read_result_file(workdir, name, limit)
+        if data is not None and total + len(data) <= MAX_COLLECTED_BYTES:
+            files[name] = data
+            total += len(data)
+    return files
+
+
+def run_phase1(assignment: str, student: str, loaded: Loaded, options: Options) -> Phase1Result:
+    """Phase 1: prepare the notebook, compute the hidden cases and the reference's answers, run the notebook in
+    the sandbox and collect what it captured. Runs in a local worker process or on a cluster worker; it reads
+    nothing of the submissions folder (``loaded`` carries the bytes). Never raises."""
+    started = time.monotonic()
+    try:
+        result = _phase1(assignment, student, loaded, options)
+    except Exception as err:  # noqa: BLE001 - one submission's failure must not stop the others
+        traceback.print_exc(file=sys.stderr)
+        result = Phase1Result(student, "grader-error", f"the grader failed: {type(err).__name__}: {str(err)[:300]}")
+    result.seconds = time.monotonic() - started
+    return result
+
+
+def _phase1(assignment: str, student: str, loaded: Loaded, options: Options) -> Phase1Result:
+    if loaded.status:
+        return Phase1Result(student, loaded.status, loaded.detail, list(loaded.notes))
+    module = assignments.load(assignment)
+    template, _ = release_template(assignment)
+    try:
+        prepared = prepare(parse_notebook(loaded.notebook), template)
+    except InvalidNotebook as err:
+        return Phase1Result(student, "invalid-notebook", str(err), list(loaded.notes))
     digest = _code_digest(prepared.notebook)
     checks = {item.grade_id: module.CHECKS[item.grade_id] for item in template.auto_items}
     cases = {gid: check.cases(_case_rng(options.seed, digest, gid)) for gid, check in checks.items()}
     expected = {gid: expected_results(checks[gid], cases[gid], module.TRUSTED_CALLABLES) for gid in checks}
     limits = Limits(wall_seconds=options.notebook_timeout, cpu_seconds=int(options.notebook_timeout) + 30,
                     memory_mb=options.memory_mb, idle_seconds=options.cell_timeout)
-    notes = list(prepared.notes)
+    notes = list(loaded.notes) + list(prepared.notes)
     with work_folder(limits) as folder:
         workdir, inputs = folder / "submission", folder / "inputs"
         workdir.mkdir()
         inputs.mkdir()
-        placed = _place_siblings(siblings, workdir)
+        placed = _place_siblings(loaded.siblings, workdir)
         if placed:
             notes.append(f"files submitted beside the notebook were placed in its folder: {', '.join(placed)[:300]}")
         nbformat.write(prepared.notebook, workdir / NOTEBOOK_IN_SANDBOX)
@@ -413,65 +293,109 @@ def _grade(assignment: str, student: str, submission: Submission, options: Optio
                       inputs: "/grader/inputs"},
             unsafe_no_sandbox=options.unsafe_no_sandbox,
         )
+        names = {name: limit for gid, check in checks.items()
+                 for name, limit in captured_files(check, gid, expected[gid]).items()}
+        files = _collect(workdir, names)
         cells = parse_run_record(read_result_file(workdir, ".grader-run.json", MAX_RUN_RECORD_BYTES))
-        status, detail = _status_from_run(run, cells, prepared.origins, options)
-        items, phase2_error = _judge_all(template, checks, cases, expected, workdir)
+    return Phase1Result(student, "", "", notes, prepared, cases, expected, run, files, cells)
+
+
+def run_phase2(assignment: str, phase1: Phase1Result, options: Options) -> SubmissionResult:
+    """Phase 2, in the instructor's process: the status from what the sandbox observed, and every item's points
+    from comparing the captured results with the reference's answers. Never raises."""
+    started = time.monotonic()
+    try:
+        result = _phase2(assignment, phase1, options)
+    except Exception as err:  # noqa: BLE001 - one submission's failure must not stop the others
+        traceback.print_exc(file=sys.stderr)
+        result = SubmissionResult(phase1.student, "grader-error",
+                                  f"the grader failed: {type(err).__name__}: {str(err)[:300]}")
+    result.seconds = phase1.seconds + time.monotonic() - started
+    return result
+
+
+def _phase2(assignment: str, phase1: Phase1Result, options: Options) -> SubmissionResult:
+    module = assignments.load(assignment)
+    template, _ = release_template(assignment)
+    if phase1.status:
+        return SubmissionResult(phase1.student, phase1.status, phase1.detail, _zero_items(template, "not graded"),
+                                notes=phase1.notes)
+    prepared, run = phase1.prepared, phase1.run
+    status, detail = _status_from_run(run, phase1.cells, prepared.origins, options)
+    checks = {item.grade_id: module.CHECKS[item.grade_id] for item in template.auto_items}
+    items, phase2_error = _judge_all(template, checks, phase1.cases, phase1.expected, phase1.files)
     if phase2_error:
         status, detail = "grader-error", phase2_error
     elif status == "graded" and prepared.tampering:
         status, detail = "tampered", "protected cells were changed; they were restored before grading"
     if status in ("timeout", "memory-limit", "crashed") and run.isolation:
         detail += f" [limits enforced by: {_describe_limits(run)}]"
-    cell_errors = [f"{prepared.origins[c['index']] if 0 <= c['index'] < len(prepared.origins) else 'a cell'}: "
-                   f"{c['ename']}: {c['evalue']}" for c in cells if c["status"] == "error"]
-    return SubmissionResult(student, status, detail, items, prepared.tampering, cell_errors[:20], prepared.answers,
-                            notes, cpu_seconds=run.cpu_seconds)
+    origins = prepared.origins
+    cell_errors = [f"{origins[c['index']] if 0 <= c['index'] < len(origins) else 'a cell'}: {c['ename']}: {c['evalue']}"
+                   for c in phase1.cells if c["status"] == "error"]
+    return SubmissionResult(phase1.student, status, detail, items, prepared.tampering, cell_errors[:20],
+                            prepared.answers, phase1.notes, cpu_seconds=run.cpu_seconds)
 
 
-def _judge_all(template: Template, checks: dict, cases: dict, expected: dict, workdir: Path) -> tuple[list[ItemResult], str]:
-    """Phase 2: every item's points from the captured outputs, within one time budget; an error message
-    instead of raising if the budget runs out."""
+def _judge_all(template: Template, checks: dict, cases: dict, expected: dict,
+               files: dict[str, bytes]) -> tuple[list[ItemResult], str]:
+    """Every item's points from the captured outputs, within one time budget; an error message instead of
+    raising if the budget runs out."""
     items = []
     verdicts: dict[str, CheckResult] = {}
     try:
         with _time_budget(PHASE2_SECONDS):
             for gid, check in checks.items():
-                verdicts[gid] = judge(check, gid, cases[gid], expected[gid], workdir)
+                verdicts[gid] = judge(check, gid, cases[gid], expected[gid], files)
     except TimeoutError as err:
         problem = str(err)
     else:
         problem = ""
+    failing_functions = {checks[gid].function for gid, verdict in verdicts.items() if not verdict.passed}
     for item in template.items:
         if item.kind == "manual":
             items.append(ItemResult(item.grade_id, "manual", None, item.points, "graded by your instructor"))
         elif item.grade_id in verdicts:
             verdict = verdicts[item.grade_id]
+            message = verdict.message
+            culprits = [f for f in checks[item.grade_id].depends_on if f in failing_functions]
+            if not verdict.passed and culprits:
+                message += (f" (this function uses your {' and '.join(culprits)}, which also fail"
+                            f"{'s' if len(culprits) == 1 else ''} {'its' if len(culprits) == 1 else 'their'} "
+                            "own tests: fix that first)")
             items.append(ItemResult(item.grade_id, "auto", item.points if verdict.passed else 0.0, item.points,
-                                    verdict.message))
+                                    message))
         else:
             items.append(ItemResult(item.grade_id, "auto", 0.0, item.points, "not graded: " + problem))
     return items, problem
 
 
 def grade_one(assignment: str, student: str, submission: Submission, options: Options) -> SubmissionResult:
-    """Both phases for one submission. Never raises: a failure of the grader itself becomes the status
-    ``grader-error`` with the cause in the detail (and the traceback on stderr)."""
-    started = time.monotonic()
+    """Both phases for one submission, in this process. Never raises: a failure of the grader itself becomes
+    the status ``grader-error`` with the cause in the detail (and the traceback on stderr)."""
     try:
-        result = _grade(assignment, student, submission, options)
-    except Exception as err:  # noqa: BLE001 - one submission's grading failure must not stop the others
-        traceback.print_exc(file=sys.stderr)
-        result = SubmissionResult(student, "grader-error", f"the grader failed: {type(err).__name__}: {str(err)[:300]}")
-    result.seconds = time.monotonic() - started
-    return result
+        loaded = load(submission, release_template(assignment)[1])
+    except Exception as err:  # noqa: BLE001 - e.g. the folder vanished while the run went on
+        loaded = Loaded(status="grader-error", detail=f"the grader could not read it: {type(err).__name__}: {err}")
+    return run_phase2(assignment, run_phase1(assignment, student, loaded, options), options)
+
+
+def _worker_failure(student: str, err: BaseException) -> SubmissionResult:
+    if isinstance(err, BrokenProcessPool):
+        return SubmissionResult(student, "grader-error", f"the grading worker process died: {err}")
+    return SubmissionResult(student, "grader-error", f"the grader failed: {type(err).__name__}: {str(err)[:300]}")
 
 
 def grade_all(assignment: str, submissions: dict[str, Submission], options: Options, workers: int,
-              progress) -> list[SubmissionResult]:
-    """Grade every submission in ``workers`` processes; results come back in student order. A worker process
-    that dies (killed by the host, say) turns the submissions it had not finished into ``grader-error``."""
+              progress, scheduler: str | None = None) -> list[SubmissionResult]:
+    """Grade every submission: in this process (``workers <= 1``), in ``workers`` local processes, or, with a
+    ``scheduler`` address, phase 1 on the workers of a Dask cluster and phase 2 here. The results are the same
+    either way and come back in student order. A worker that dies turns what it had not finished into
+    ``grader-error``."""
     results: dict[str, SubmissionResult] = {}
-    if workers <= 1:
+    if scheduler:
+        results = _grade_on_cluster(assignment, submissions, options, scheduler, progress)
+    elif workers <= 1:
         for student, submission in submissions.items():
             results[student] = grade_one(assignment, student, submission, options)
             progress(len(results), len(submissions), student)
@@ -483,52 +407,30 @@ def grade_all(assignment: str, submissions: dict[str, Submission], options: Opti
                 student = futures[future]
                 try:
                     results[student] = future.result()
-                except BrokenProcessPool as err:
-                    results[student] = SubmissionResult(student, "grader-error",
-                                                        f"the grading worker process died: {err}")
                 except Exception as err:  # noqa: BLE001 - e.g. a result that could not be sent back
-                    results[student] = SubmissionResult(student, "grader-error",
-                                                        f"the grader failed: {type(err).__name__}: {str(err)[:300]}")
+                    results[student] = _worker_failure(student, err)
                 progress(len(results), len(submissions), student)
     return [results[s] for s in sorted(results)]
 
 
-# ----------------------------------------------------------------------------------------------
-# Writing results
-# ----------------------------------------------------------------------------------------------
+def _grade_on_cluster(assignment: str, submissions: dict[str, Submission], options: Options, scheduler: str,
+                      progress) -> dict[str, SubmissionResult]:
+    """Phase 1 of every submission as a task on the Dask cluster at ``scheduler`` (each worker needs bubblewrap
+    and the course environment); the submissions are read, and phase 2 and every write happen, here."""
+    from dask.distributed import Client
+    from dask.distributed import as_completed as completed_on_cluster
 
-
-def csv_safe(text: str) -> str:
-    """Text a spreadsheet shows as text: a leading ``= + - @`` (or tab, carriage return) would make it a
-    formula, so it gets a leading apostrophe. ``csv_safe("=HYPERLINK(...)")`` -> ``"'=HYPERLINK(...)"``."""
-    return "'" + text if text[:1] in ("=", "+", "-", "@", "\t", "\r") else text
-
-
-def write_csv(results: list[SubmissionResult], template: Template, path: Path) -> None:
-    """``grades.csv``, written to a temporary file and renamed, so a run killed halfway leaves the old one."""
-    import csv
-
-    max_score = sum(i.points for i in template.auto_items)
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(temporary, "w", newline="", encoding="utf-8") as f:
-        writer = csv.writer(f)
-        writer.writerow(["student", "status", "tampered", "score", "max_score", *[i.grade_id for i in template.items],
-                         "seconds", "cpu_seconds", "detail", "notes"])
-        for r in results:
-            by_id = {i.grade_id: i for i in r.items}
-            cols = []
-            for item in template.items:
-                got = by_id.get(item.grade_id)
-                cols.append("" if got is None or got.points is None else f"{got.points:g}")
-            notes = "; ".join(r.tampering + r.notes)
-            writer.writerow([csv_safe(r.student), r.status, "yes" if r.tampered else "no", f"{r.score:g}",
-                             f"{max_score:g}", *cols, f"{r.seconds:.1f}",
-                             "" if r.cpu_seconds is None else f"{r.cpu_seconds:.1f}", csv_safe(r.detail), csv_safe(notes)])
-    os.replace(temporary, path)
-
-
-def clean_output_dir(out: Path) -> None:
-    if out.exists() and not out.is_dir():
-        raise SystemExit(f"--out {out} exists and is not a folder")
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "feedback").mkdir(exist_ok=True)
+    notebook = release_template(assignment)[1]
+    results: dict[str, SubmissionResult] = {}
+    with Client(scheduler, timeout="30s") as client:
+        futures = {client.submit(run_phase1, assignment, student, load(submission, notebook), options,
+                                 pure=False): student
+                   for student, submission in submissions.items()}
+        for future in completed_on_cluster(futures):
+            student = futures[future]
+            try:
+                results[student] = run_phase2(assignment, future.result(), options)
+            except Exception as err:  # noqa: BLE001 - a worker that died, a result that could not be sent back
+                results[student] = _worker_failure(student, err)
+            progress(len(results), len(submissions), student)
+    return results

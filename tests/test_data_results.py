@@ -10,7 +10,8 @@ import math
 import pytest
 
 from autograder.capture import from_data, to_data
-from autograder.checks import MAX_DATA_BYTES, load_data_output
+from autograder.checks import MAX_DATA_BYTES, decode_data
+from autograder.sandbox import read_result_file
 from autograder.compare import compare_data
 
 
@@ -33,6 +34,11 @@ def test_to_data_refuses_what_is_not_plain_data():
         to_data([object()])
 
 
+def load(folder, name):
+    """How the grader reads a captured JSON result: without following links, bounded, then decoded."""
+    return decode_data(read_result_file(folder, name, MAX_DATA_BYTES))
+
+
 @pytest.mark.parametrize("text", [
     '{"tuple": [1], "extra": 2}',   # an object that is not a tagged tuple or dict
     '{"dict": [[1, 2, 3]]}',       # a pair that is not [key, value]
@@ -41,7 +47,7 @@ def test_to_data_refuses_what_is_not_plain_data():
 ])
 def test_malformed_results_count_as_missing(tmp_path, text):
     (tmp_path / "out.json").write_text(text)
-    assert load_data_output(tmp_path, "out.json") == (False, None)
+    assert load(tmp_path, "out.json") == (False, None)
 
 
 def test_hostile_result_files_count_as_missing(tmp_path):
@@ -50,12 +56,12 @@ def test_hostile_result_files_count_as_missing(tmp_path):
     (tmp_path / "binary.json").write_bytes(b"\xff\xfe\x00")
     (tmp_path / "link.json").symlink_to("/etc/passwd")
     for name in ("deep.json", "big.json", "binary.json", "link.json", "absent.json"):
-        assert load_data_output(tmp_path, name) == (False, None), name
+        assert load(tmp_path, name) == (False, None), name
 
 
 def test_good_result_file_is_read(tmp_path):
     (tmp_path / "out.json").write_text(json.dumps(to_data([("e", "s"), ("es", "t")])))
-    assert load_data_output(tmp_path, "out.json") == (True, [("e", "s"), ("es", "t")])
+    assert load(tmp_path, "out.json") == (True, [("e", "s"), ("es", "t")])
 
 
 def test_compare_data_accepts_equal_values_and_names_the_first_difference():

@@ -204,7 +204,7 @@ def _(folder):
     (folder / "notes.txt").write_text("I forgot")
 
 
-@case("wrong-name", "missing", 0)
+@case("wrong-name", "graded", FULL)  # the only notebook in the folder is graded, with a note
 def _(folder):
     write(submission(PS, NB), folder, "ps1.ipynb")
 
@@ -245,7 +245,7 @@ def test_submission_gets_its_expected_status_and_points(name, graded):
         assert float(row["score"]) <= score, f"{name}: {row}"
     elif score is not None:
         assert float(row["score"]) == score, f"{name}: {row}"
-    assert float(row["max_score"]) == FULL
+    assert float(row["max_score"]) == FULL + 2 and row["manual_pending"] == "2"  # and the 2-point written answer
     html = (out / "feedback" / name / "ps1-attention.html").read_text()
     assert f"Status: {row['status']}" in html
 
@@ -293,5 +293,7 @@ def test_other_assignments_score_full_marks_and_zero(assignment, full, tmp_path)
     assert grader_main(["grade", assignment, str(subs), "--out", str(out), "--workers", "2", "--timeout", "10"]) == 0
     with open(out / "grades.csv", newline="") as f:
         rows = {r["student"]: r for r in csv.DictReader(f)}
-    assert rows["solved"]["status"] == "graded" and rows["solved"]["score"] == rows["solved"]["max_score"] == str(full)
+    manual = float(rows["solved"]["manual_pending"])
+    assert rows["solved"]["status"] == "graded" and rows["solved"]["score"] == str(full)
+    assert float(rows["solved"]["max_score"]) == full + manual
     assert rows["untouched"]["status"] == "graded" and rows["untouched"]["score"] == "0"

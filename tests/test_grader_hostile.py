@@ -381,7 +381,7 @@ def test_case_gets_its_status_points_and_tampered_flag(name, graded):
     _, status, score, tampered = CASES[name]
     row = row_for(rows, name)
     assert (row["status"], float(row["score"]), row["tampered"]) == (status, score, tampered), row
-    assert row["max_score"] == str(FULL)
+    assert row["max_score"] == str(FULL + 2)  # with the written answer, graded by hand
 
 
 def test_every_entry_is_one_row_or_one_warning(graded, capsys):
