@@ -64,6 +64,29 @@ def test_gpt_logits_shape_and_tied_head():
     assert count_parameters(untied) - count_parameters(model) == 11 * 24
 
 
+@pytest.mark.parametrize("pos_encoding", ["sinusoidal", "learned"])
+def test_scale_embeddings_multiplies_token_embeddings_by_sqrt_d_model(pos_encoding):
+    """h_0 = W_E[idx] * sqrt(d) + P (Vaswani et al., 2017, section 3.4), computed by hand and compared with the
+    input of the first block, captured by a forward pre-hook (same weights in both models)."""
+    torch.manual_seed(0)
+    plain = GPT(small_config(pos_encoding=pos_encoding))
+    scaled = GPT(small_config(pos_encoding=pos_encoding, scale_embeddings=True))
+    scaled.load_state_dict(plain.state_dict())
+    idx = torch.tensor([[3, 1, 4, 1, 5]])
+    seen = {}
+    for name, model in (("plain", plain), ("scaled", scaled)):
+        model.blocks[0].register_forward_pre_hook(lambda m, args, name=name: seen.__setitem__(name, args[0]))
+        model(idx)
+    tokens = plain.tok_emb.weight[idx[0]]
+    positions = seen["plain"][0] - tokens  # P[0..4], the same in both models
+    by_hand = tokens * math.sqrt(24) + positions
+    assert torch.allclose(seen["scaled"][0], by_hand, atol=1e-6)
+    assert not torch.allclose(seen["plain"][0], by_hand, atol=1e-3)
+    if pos_encoding == "sinusoidal":
+        from llmarch.positional import sinusoidal_encoding
+        assert torch.allclose(positions, sinusoidal_encoding(5, 24), atol=1e-6)
+
+
 def test_gpt_rejects_bad_token_ids():
     model = GPT(small_config())
     with pytest.raises(ValueError, match=r"idx has shape \(1, 17\) but learned positions exist only for the context length 16"):

@@ -13,7 +13,14 @@ per decoding method, with these columns:
   stochastic methods);
 - ``rep4``: the fraction of repeated 4-grams in a continuation, ``1 - unique 4-grams / 4-grams`` (Welleck et
   al.'s seq-rep-4), averaged over continuations;
-- ``distinct_sentences``: complete sentences that differ / complete sentences, over all continuations;
+- ``distinct_sentences``: complete sentences that differ / complete sentences, pooled over ``PROMPTS``
+  continuations, one per prompt, for *every* method (the fraction falls as the pool grows, so pools of equal
+  size are needed to compare methods); for the sampling methods it is the mean over the ``SAMPLES``
+  disjoint pools (sample ``s`` of every prompt), and ``distinct_min``, ``distinct_max`` give their range
+  (deterministic methods have a single pool: min = max);
+- ``rep4_lo, rep4_hi``, ``grammatical_lo, grammatical_hi``, ``nll_grammar_lo, nll_grammar_hi``: 95 %
+  percentile bootstrap intervals, resampling the ``PROMPTS`` prompts (each with all its continuations)
+  ``BOOTSTRAP`` times;
 - ``grammatical``: the fraction of complete sentences the grammar accepts;
 - ``nll_grammar``: the mean negative log-probability per token *under the grammar* (the true distribution),
   over the tokens of grammatical sentences; the entropy rate is its expected value for text from the grammar;
@@ -40,6 +47,7 @@ from llmarch.model import load_tiny_gpt
 
 DATA_DIR = Path(__file__).resolve().parent.parent / "data"
 PROMPTS, SAMPLES, NEW_TOKENS, PROMPT_SEED, SAMPLE_SEED = 40, 5, 48, 1, 0
+BOOTSTRAP, BOOTSTRAP_SEED = 2000, 0
 
 
 def make_prompts(grammar: StochasticGrammar, n: int) -> list[list[str]]:
@@ -104,20 +112,46 @@ def model_nll(model, prompt_ids: list[int], continuation: list[int]) -> float:
 def summarise(name, grammar, model, prompts, continuations):
     """``continuations``: list of (prompt index, continuation words)."""
     rep4, sentences, nll_model = [], [], []
+    per_prompt = {i: [] for i in range(len(prompts))}  # prompt -> [(rep4, sentences of one continuation)]
+    pools = {}  # replicate r -> sentences of the r-th continuation of every prompt
     for i, words in continuations:
         state = grammar_state(grammar, prompts[i])
         rep4.append(repeated_ngram_fraction(words))
-        sentences += sentence_scores(grammar, state, words)
+        these = sentence_scores(grammar, state, words)
+        sentences += these
+        pools.setdefault(len(per_prompt[i]), []).extend(these)
+        per_prompt[i].append((rep4[-1], these))
         nll_model.append(model_nll(model, grammar.encode(prompts[i]).tolist(), grammar.encode(words).tolist()))
     good = [nll for _, nll in sentences if nll is not None]
+    distinct = [len({s for s, _ in pool}) / len(pool) for pool in pools.values()]
+
+    def stats(prompt_ids):
+        r, n_sent, n_good, nll_sum, n_tok = [], 0, 0, 0.0, 0
+        for i in prompt_ids:
+            for value, sents in per_prompt[i]:
+                r.append(value)
+                n_sent += len(sents)
+                for _, nll in sents:
+                    if nll is not None:
+                        n_good, nll_sum, n_tok = n_good + 1, nll_sum + sum(nll), n_tok + len(nll)
+        return np.mean(r), n_good / n_sent, nll_sum / n_tok
+
+    rng = np.random.default_rng(BOOTSTRAP_SEED)
+    boot = np.array([stats(rng.integers(len(prompts), size=len(prompts))) for _ in range(BOOTSTRAP)])
+    lo, hi = np.percentile(boot, [2.5, 97.5], axis=0)
     return {
         "method": name,
         "texts": len(continuations),
         "rep4": np.mean(rep4),
-        "distinct_sentences": len({s for s, _ in sentences}) / len(sentences),
+        "distinct_sentences": float(np.mean(distinct)),
         "grammatical": len(good) / len(sentences),
         "nll_grammar": float(np.mean(np.concatenate(good))) if good else float("nan"),
         "nll_model": np.mean(nll_model),
+        "distinct_min": float(min(distinct)),
+        "distinct_max": float(max(distinct)),
+        "rep4_lo": float(lo[0]), "rep4_hi": float(hi[0]),
+        "grammatical_lo": float(lo[1]), "grammatical_hi": float(hi[1]),
+        "nll_grammar_lo": float(lo[2]), "nll_grammar_hi": float(hi[2]),
         "example": " ".join(prompts[0] + next(words for i, words in continuations if i == 0)),
     }
 

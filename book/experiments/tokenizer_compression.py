@@ -17,7 +17,11 @@ For every corpus, algorithm and requested vocabulary size the script trains a to
 writes one row of ``book/data/tokenizer_compression.csv``:
 
 - ``corpus, algorithm`` (``bpe``: :class:`BPETokenizer`, GPT-2 pre-tokenisation; ``wordpiece``:
-  :class:`WordPieceTokenizer`, BERT pre-tokenisation, cased; ``unigram``: :class:`UnigramTokenizer`);
+  :class:`WordPieceTokenizer`, BERT pre-tokenisation, cased, merging by the score
+  ``count(a b) / (count(a) count(b))`` (pure PMI); ``wordpiece_gain`` and ``wordpiece_freq``: the same
+  ``##`` pieces and greedy longest-match encoding, but merging the pair with the largest gain in unigram
+  log-likelihood of the training data (Schuster & Nakajima's criterion) or the most frequent pair (what Hugging
+  Face's ``tokenizers`` does); ``unigram``: :class:`UnigramTokenizer`);
 - ``requested_vocab, vocab_size``: the size asked for and the size obtained (BPE stops when no pair is left,
   Unigram's EM can drop pieces whose expected count is zero);
 - ``tokens_per_byte``: tokens of the held-out text divided by its UTF-8 bytes;
@@ -36,7 +40,10 @@ import time
 from pathlib import Path
 
 from llmarch.data import default_grammar, synthetic_corpus
-from llmarch.tokenizers import BPETokenizer, UnigramTokenizer, WordPieceTokenizer, pretokenize
+import math
+from collections import Counter
+
+from llmarch.tokenizers import BPETokenizer, UnigramTokenizer, WordPieceTokenizer, _bert_pretokenize, _PairIndex, pretokenize
 
 DATA_DIR = Path(__file__).resolve().parent.parent / "data"
 GRAMMAR_TRAIN_WORDS, GRAMMAR_TEST_WORDS = 20_000, 5_000
@@ -45,11 +52,15 @@ SIZES = {
     "grammar": {
         "bpe": [256, 266, 276, 286, 296, 306, 316, 326, 336, 348],
         "wordpiece": [50, 60, 70, 80, 90, 100, 110, 120, 130],
+        "wordpiece_gain": [50, 60, 70, 80, 90, 100, 110, 120, 130],
+        "wordpiece_freq": [50, 60, 70, 80, 90, 100, 110, 120, 130],
         "unigram": [30, 35, 40, 45, 50, 55, 60, 70, 150],
     },
     "pydoc": {
         "bpe": [256, 384, 512, 768, 1024, 1536, 2048, 3072, 4096],
         "wordpiece": [256, 384, 512, 768, 1024, 1536, 2048, 3072, 4096],
+        "wordpiece_gain": [256, 384, 512, 768, 1024, 1536, 2048, 3072, 4096],
+        "wordpiece_freq": [256, 384, 512, 768, 1024, 1536, 2048, 3072, 4096],
         "unigram": [128, 256, 384, 512, 768, 1024, 1536, 2048, 3072, 4096],
     },
 }
@@ -71,11 +82,62 @@ def pydoc_texts() -> tuple[str, str]:
     return train, test
 
 
+def xlogx(x: float) -> float:
+    return x * math.log(x) if x > 0 else 0.0
+
+
+def likelihood_gain(c: int, ca: int, cb: int, n: int, same: bool) -> float:
+    """Change of ``sum_s c(s) log(c(s) / N)`` (the training data under a unigram model of its symbols) when ``c``
+    occurrences of the pair ``a b`` become a new symbol: ``c(a)`` and ``c(b)`` drop by ``c`` (``c(a)`` by ``2c``
+    when ``a == b``), the new symbol has count ``c``, and ``N`` drops by ``c``. With ``sum c log(c/N) = sum c log c
+    - N log N``, only these terms change."""
+    m = n - c
+    if same:
+        before, after = xlogx(ca), xlogx(ca - 2 * c) + xlogx(c)
+    else:
+        before, after = xlogx(ca) + xlogx(cb), xlogx(ca - c) + xlogx(cb - c) + xlogx(c)
+    return (after - xlogx(m)) - (before - xlogx(n))
+
+
+def train_wordpiece_variant(text: str, vocab_size: int, rule: str) -> WordPieceTokenizer:
+    """WordPiece training with another merge rule (``"gain"`` or ``"freq"``), otherwise as
+    ``WordPieceTokenizer.train`` (same pre-tokenisation, ``##`` pieces, start vocabulary, ties to the smallest
+    pair). Encoding is the library's greedy longest match."""
+    word_counts = Counter(_bert_pretokenize(text, False))
+    words = [[w[0], *("##" + ch for ch in w[1:])] for w in word_counts]
+    freqs = list(word_counts.values())
+    tokens = ["[UNK]"] + sorted({s for w in words for s in w})
+    symbol_counts: Counter = Counter()
+    for w, f in zip(words, freqs):
+        for s in w:
+            symbol_counts[s] += f
+    n = sum(symbol_counts.values())
+    index, known = _PairIndex(words, freqs), set(tokens)
+    while len(tokens) < vocab_size and index.counts:
+        if rule == "freq":
+            key = {p: c for p, c in index.counts.items()}
+        else:
+            key = {(a, b): likelihood_gain(c, symbol_counts[a], symbol_counts[b], n, a == b)
+                   for (a, b), c in index.counts.items()}
+        top = max(key.values())
+        a, b = min(p for p, v in key.items() if v == top)
+        new = a + b[2:]
+        _, merged = index.merge((a, b), new)
+        symbol_counts[a] -= merged
+        symbol_counts[b] -= merged
+        symbol_counts[new] += merged
+        n -= merged
+        if new not in known:
+            known.add(new)
+            tokens.append(new)
+    return WordPieceTokenizer(tokens)
+
+
 def limit(algorithm: str, text: str) -> int:
     """How many tokens ``text`` needs if every unit of the pre-tokenisation is a single token."""
     if algorithm == "bpe":
         return len(pretokenize(text))  # GPT-2 pre-tokens
-    if algorithm == "wordpiece":
+    if algorithm.startswith("wordpiece"):
         return len(WordPieceTokenizer(["[UNK]"]).tokenize(text))  # a vocabulary of [UNK] only: one per BERT word
     return 1 + text.count(" ")  # SentencePiece: one ▁ in front, a new ▁-word at every space
 
@@ -88,6 +150,10 @@ def train_and_measure(algorithm: str, train: str, test: str, size: int) -> tuple
         return tok.vocab_size, len(ids), 0
     if algorithm == "wordpiece":
         tok = WordPieceTokenizer().train(train, size)
+        ids = tok.encode(test)
+        return tok.vocab_size, len(ids), ids.count(tok.vocab[tok.unk_token])
+    if algorithm.startswith("wordpiece_"):
+        tok = train_wordpiece_variant(train, size, algorithm.removeprefix("wordpiece_"))
         ids = tok.encode(test)
         return tok.vocab_size, len(ids), ids.count(tok.vocab[tok.unk_token])
     tok = UnigramTokenizer().train(train, size)

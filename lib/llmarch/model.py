@@ -47,6 +47,7 @@ class GPTConfig:
     tie_weights: bool = True
     pos_encoding: str = "learned"
     rope_base: float = 10000.0
+    scale_embeddings: bool = False  # multiply token embeddings by sqrt(d_model), as Vaswani et al. (2017) do
 
     def __post_init__(self):
         if self.pos_encoding not in POS_ENCODINGS:
@@ -75,7 +76,8 @@ class GPT(nn.Module):
 
     Book: The Transformer block, "Decoder-only models"; Positional encodings.
 
-    ``h_0 = W_E[idx] + P[0..T-1]``; ``h_l = Block_l(h_{l-1})`` with causal self-attention;
+    ``h_0 = W_E[idx] + P[0..T-1]`` (``W_E[idx] * sqrt(d_model) + P[0..T-1]`` with ``config.scale_embeddings``,
+    as Vaswani et al. do); ``h_l = Block_l(h_{l-1})`` with causal self-attention;
     ``logits = LN_f(h_L) W_E^T`` (pre-LN models end with a final norm ``LN_f``; post-LN models, like GPT-1,
     already end in a norm and have none). ``config.pos_encoding``: ``learned`` (``P`` is the trained table
     ``pos_emb``, GPT-1/2), ``sinusoidal`` (``P`` is the fixed table, buffer ``pos_table``), ``none`` (NoPE),
@@ -136,6 +138,8 @@ class GPT(nn.Module):
             raise ValueError(f"the cache has {len(kv_cache.layers)} layers but the model has {len(self.blocks)}")
         positions = torch.arange(past, past + t, device=idx.device)
         h = self.tok_emb(idx)
+        if self.config.scale_embeddings:
+            h = h * math.sqrt(self.config.d_model)
         if self.config.pos_encoding == "learned":
             h = h + self.pos_emb(positions)
         elif self.config.pos_encoding == "sinusoidal":

@@ -1,0 +1,1 @@
+"""Figure-drawing helpers for the book's chapters (diagrams drawn with matplotlib at build time)."""
