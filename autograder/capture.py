@@ -161,16 +161,24 @@ def _as_plain_array(value):
     return array.astype(np.float64)
 
 
-def capture(check_id):
-    """Run the student's function on every case of ``check_id`` and save what it returns."""
-    folder = os.path.join(INPUTS, check_id)
-    out = os.path.join(OUTPUTS, check_id)
+def capture(check_id, namespace=None, inputs=INPUTS, outputs=OUTPUTS):
+    """Run the student's function on every case of ``check_id`` and save what it returns.
+
+    The sandbox calls ``capture(check_id)``: the function is looked up in ``__main__`` (the notebook's
+    namespace) and the folders are the mounted ones. The other arguments exist only for the course's own tests,
+    which run the same cases in-process: ``namespace`` (a dict) replaces ``__main__``, ``inputs`` and ``outputs``
+    replace the two folders."""
+    folder = os.path.join(inputs, check_id)
+    out = os.path.join(outputs, check_id)
     os.makedirs(out, exist_ok=True)
     with open(os.path.join(folder, "spec.json"), encoding="utf-8") as f:
         spec = json.load(f)
-    import __main__
+    if namespace is None:
+        import __main__
 
-    function = getattr(__main__, spec["function"], None)
+        function = getattr(__main__, spec["function"], None)
+    else:
+        function = namespace.get(spec["function"])
     for i, case in enumerate(spec["cases"]):
         try:
             if not callable(function):

@@ -65,16 +65,25 @@ TRUSTED_CALLABLES = {
 }
 
 
+# Every `cases` function below starts with deterministic edge cases (the same for every seed), built so that each
+# known wrong variant of tests/test_wrong_variants.py fails them every time; random cases come in addition.
+
+
 def _softmax_examples(rng):
     a = float(rng.uniform(-20, 20))
     c = float(rng.uniform(2, 12))
-    return [Case((np.full(int(rng.integers(2, 6)), a),)), Case((np.array([c, 0.0, 0.0]),)),
+    return [Case((np.array([1.0, 0.0, 0.0]),)), Case((np.array([float(rng.uniform(-5, 5))]),)),  # one entry: [1]
+            Case((np.full(int(rng.integers(2, 6)), a),)), Case((np.array([c, 0.0, 0.0]),)),
             Case((rng.normal(size=int(rng.integers(3, 9))),))]
 
 
 def _softmax_stability(rng):
     x = rng.normal(size=7) * 3
-    return [Case((x + 1000.0,)), Case((x - 1000.0,)), Case((np.array([800.0, -800.0, 0.0, float(rng.uniform(700, 900))]),))]
+    rows = rng.normal(size=(3, 5)) + np.array([[1000.0], [0.0], [-1000.0]])  # a shift by the global maximum underflows
+    return [Case((np.array([1000.0, 0.0, -1000.0]),)),
+            Case((np.array([[1000.0, 999.0, 998.0], [-1000.0, -1001.0, -1003.0]]),)),
+            Case((x + 1000.0,)), Case((x - 1000.0,)), Case((rows,)),
+            Case((np.array([800.0, -800.0, 0.0, float(rng.uniform(700, 900))]),))]
 
 
 def _softmax_axis(rng):
@@ -88,7 +97,10 @@ def _masks(rng):
 
 def _sdpa_small(rng):
     d, n = int(rng.integers(2, 6)), int(rng.integers(2, 6))
-    return [Case((rng.normal(size=(1, d)), rng.normal(size=(n, d)), rng.normal(size=(n, int(rng.integers(1, 4)))))),
+    return [Case((np.array([[1.0, 0.0]]), np.eye(2), np.array([[1.0, 2.0], [3.0, 4.0]]))),
+            Case((rng.normal(size=(2, 4)), rng.normal(size=(3, 4)), rng.normal(size=(3, 1)))),  # d != d_v
+            Case((rng.normal(size=(3, d)), rng.normal(size=(1, d)), rng.normal(size=(1, 2)))),  # a single key
+            Case((rng.normal(size=(1, d)), rng.normal(size=(n, d)), rng.normal(size=(n, int(rng.integers(1, 4)))))),
             Case((rng.normal(size=(3, d)), rng.normal(size=(n, d)), rng.normal(size=(n, 2))))]
 
 
@@ -97,7 +109,10 @@ def _sdpa_mask(rng):
     random_mask = rng.random((t, t)) < 0.6
     random_mask[:, 0] = True  # every query sees at least one key
     q, k, v = rng.normal(size=(t, 4)), rng.normal(size=(t, 4)), rng.normal(size=(t, 3))
-    return [Case((q, k, v), {"mask": causal_mask(t).numpy()}), Case((q, k, v), {"mask": random_mask})]
+    key_mask = rng.random(t) < 0.6
+    key_mask[int(rng.integers(t))] = True
+    return [Case((q, k, v), {"mask": causal_mask(t).numpy()}), Case((q, k, v), {"mask": random_mask}),
+            Case((q, k, v), {"mask": key_mask})]  # shape (T_k,): broadcast over the queries
 
 
 def _sdpa_batched(rng):
@@ -112,7 +127,8 @@ def _weights(rng, d):
 
 def _mha_one_head(rng):
     d = int(rng.choice([3, 4, 6]))
-    return [Case((rng.normal(size=(5, d)), *_weights(rng, d), 1))]
+    return [Case((rng.normal(size=(5, d)), *_weights(rng, d), 1)),
+            Case((rng.normal(size=(1, d)), *_weights(rng, d), 1))]  # a sequence of length 1
 
 
 def _mha_heads(rng):
@@ -130,7 +146,18 @@ def _equivariance(rng):
     w_q, w_k, w_v, w_o = _weights(rng, 4)
     attention_arrays = {"w_q": w_q, "w_k": w_k, "w_v": w_v, "w_o": w_o, "n_heads": np.array(2)}
     perm = rng.permutation(t)
+    cycle = np.roll(np.arange(t), 1)  # not its own inverse: catches the inverse permutation on one side
+    swap = np.array([1, 0, *range(2, t)])
+    # cumulative sums with the first two rows swapped: f(x[swap]) - f(x)[swap] = [-x_0, x_1, 0, ...], so the
+    # largest absolute difference is negative in one case and positive in the other (catches a missing abs)
+    big_first, big_second = np.zeros((t, 4)), np.zeros((t, 4))
+    big_first[:2] = [[3.0], [1.0]]
+    big_second[:2] = [[1.0], [3.0]]
     return [
+        Case((CallableArg("cumsum"), big_first, swap)),
+        Case((CallableArg("cumsum"), big_second, swap)),
+        Case((CallableArg("attention", attention_arrays), x, cycle)),
+        Case((CallableArg("cumsum"), x, cycle)),
         Case((CallableArg("attention", attention_arrays), x, perm)),
         Case((CallableArg("causal_attention", attention_arrays), x, perm)),
         Case((CallableArg("cumsum"), x, perm)),
@@ -138,17 +165,20 @@ def _equivariance(rng):
     ]
 
 
+SDPA_USES = ("softmax",)  # the notebook asks for these to be reused
+MHA_USES = ("scaled_dot_product_attention", "softmax")
+
 CHECKS = {
     "test_softmax_examples": Check("softmax", _softmax_examples, ref_softmax),
     "test_softmax_stability": Check("softmax", _softmax_stability, ref_softmax),
     "test_softmax_axis": Check("softmax", _softmax_axis, ref_softmax),
     "test_causal_mask": Check("causal_mask", _masks, ref_causal_mask),
-    "test_sdpa_small": Check("scaled_dot_product_attention", _sdpa_small, ref_sdpa),
-    "test_sdpa_mask": Check("scaled_dot_product_attention", _sdpa_mask, ref_sdpa),
-    "test_sdpa_batched": Check("scaled_dot_product_attention", _sdpa_batched, ref_sdpa),
-    "test_mha_one_head": Check("multi_head_attention", _mha_one_head, ref_mha),
-    "test_mha_two_heads": Check("multi_head_attention", _mha_heads, ref_mha),
-    "test_mha_batch_causal": Check("multi_head_attention", _mha_batch_causal, ref_mha),
+    "test_sdpa_small": Check("scaled_dot_product_attention", _sdpa_small, ref_sdpa, depends_on=SDPA_USES),
+    "test_sdpa_mask": Check("scaled_dot_product_attention", _sdpa_mask, ref_sdpa, depends_on=SDPA_USES),
+    "test_sdpa_batched": Check("scaled_dot_product_attention", _sdpa_batched, ref_sdpa, depends_on=SDPA_USES),
+    "test_mha_one_head": Check("multi_head_attention", _mha_one_head, ref_mha, depends_on=MHA_USES),
+    "test_mha_two_heads": Check("multi_head_attention", _mha_heads, ref_mha, depends_on=MHA_USES),
+    "test_mha_batch_causal": Check("multi_head_attention", _mha_batch_causal, ref_mha, depends_on=MHA_USES),
     # rounding differs between implementations, so an error of 1e-16 and one of 1e-15 both mean "equivariant"
     "test_equivariance": Check("equivariance_error", _equivariance, ref_equivariance_error, rtol=1e-6, atol=1e-9),
 }

@@ -32,12 +32,17 @@ def ref_rope(x, positions, base=10000.0):
     return apply_rope(torch.as_tensor(x, dtype=torch.float64), torch.as_tensor(positions), float(base)).numpy()
 
 
+# Every `cases` function below starts with deterministic edge cases (the same for every seed), built so that each
+# known wrong variant of tests/test_wrong_variants.py fails them every time; random cases come in addition.
+
+
 def _sinusoidal_small(rng):
-    return [Case((int(rng.integers(2, 6)), 2)), Case((int(rng.integers(2, 6)), 4))]
+    return [Case((3, 4)), Case((1, 2)), Case((int(rng.integers(2, 6)), 2)), Case((int(rng.integers(2, 6)), 4))]
 
 
 def _sinusoidal_values(rng):
-    return [Case((int(rng.integers(5, 40)), int(rng.choice([6, 8, 16, 64])))),
+    return [Case((5, 6), {"base": 100.0}), Case((12, 8)),
+            Case((int(rng.integers(5, 40)), int(rng.choice([6, 8, 16, 64])))),
             Case((int(rng.integers(5, 20)), int(rng.choice([4, 10]))), {"base": float(rng.uniform(50, 500))})]
 
 
@@ -46,7 +51,8 @@ def _alibi_power_of_two(rng):
 
 
 def _alibi_other(rng):
-    return [Case((int(n),)) for n in rng.choice([3, 5, 6, 7, 10, 12, 20, 24, 40], size=3, replace=False)]
+    others = rng.choice([5, 7, 10, 12, 20, 24, 40], size=2, replace=False)
+    return [Case((6,)), Case((3,))] + [Case((int(n),)) for n in others]
 
 
 def _t5_exact(rng):
@@ -57,18 +63,25 @@ def _t5_exact(rng):
 
 def _t5_log(rng):
     nb, md = int(rng.choice([8, 16, 32])), int(rng.choice([20, 64, 128]))
-    return [Case((-np.arange(0, 300),), {"bidirectional": False, "num_buckets": nb, "max_distance": md}),
+    return [Case((-np.array([5, 6, 10, 12, 16, 1000]),),  # 16 = max_distance; 5 = the first log bucket
+                 {"bidirectional": False, "num_buckets": 8, "max_distance": 16}),
+            Case((-np.arange(0, 100),), {"bidirectional": False, "num_buckets": 16, "max_distance": 40}),  # not 128
+            Case((-np.arange(0, 300),), {"bidirectional": False, "num_buckets": nb, "max_distance": md}),
             Case((-rng.integers(0, 2000, size=(4, 5)),), {"bidirectional": False, "num_buckets": 32, "max_distance": 128})]
 
 
 def _t5_bidirectional(rng):
     nb, md = int(rng.choice([8, 16, 32])), int(rng.choice([20, 64, 128]))
-    return [Case((np.arange(-200, 201),), {"bidirectional": True, "num_buckets": nb, "max_distance": md})]
+    return [Case((np.arange(-3, 4),), {"bidirectional": True, "num_buckets": 8, "max_distance": 16}),
+            Case((np.arange(-50, 51),), {"bidirectional": True, "num_buckets": 16, "max_distance": 24}),
+            Case((np.arange(-200, 201),), {"bidirectional": True, "num_buckets": nb, "max_distance": md})]
 
 
 def _rope_small(rng):
     d = int(rng.choice([2, 4, 6]))
-    return [Case((rng.normal(size=(4, d)), np.arange(4)))]
+    return [Case((rng.normal(size=(4, 4)), np.arange(4))),  # d = 4: two pairs (d = 2 hides the pair layout)
+            Case((rng.normal(size=(1, 6)), np.array([3]))),  # one position, not 0
+            Case((rng.normal(size=(4, d)), np.arange(4)))]
 
 
 def _rope_properties(rng):

@@ -6,7 +6,9 @@ Inputs and outputs are plain data (strings, dicts, lists of pairs), so every che
 Conventions the notebook states and these references follow:
 
 - classic BPE with ``</w>`` as a separate symbol; ties between equally frequent pairs go to the pair seen first,
-  scanning the words in the dict's order and each word left to right (``train_bpe_words``, ``tie_break="first"``);
+  scanning the words in the dict's order and each word left to right (``train_bpe_words``, ``tie_break="first"``).
+  ``test_train_bpe`` trains only as long as the most frequent pair is unique (so that a tie rule cannot matter
+  there) and ``test_train_bpe_ties`` never runs out of pairs (so that stopping early cannot matter there);
 - WordPiece: greedy longest match first, ``##`` continuation pieces, a word that cannot be segmented or is longer
   than ``max_chars`` becomes ``[unk]`` (``WordPieceTokenizer``);
 - Viterbi: among equally good segmentations of a prefix, the one whose last piece is longest
@@ -100,8 +102,29 @@ def _bpe_state(word_counts, merges):
     return vocab
 
 
+# Every `cases` function below starts with deterministic edge cases (the same for every seed), built so that each
+# known wrong variant of tests/test_wrong_variants.py fails them every time; random cases come in addition.
+
+
+def _merge_steps(word_counts, limit):
+    """The reference's merges (at most ``limit``) and, for each, whether the most frequent pair was unique."""
+    vocab = _bpe_state(word_counts, [])
+    merges, unique = [], []
+    for _ in range(limit):
+        stats = ref_pair_stats(vocab)
+        if not stats:
+            break
+        top = max(stats.values())
+        best = max(stats, key=stats.get)
+        unique.append(sum(1 for count in stats.values() if count == top) == 1)
+        merges.append(best)
+        a, b = best
+        vocab = {" ".join(merge_symbols(w.split(), a, b, a + b)): c for w, c in vocab.items()}
+    return merges, unique
+
+
 def _pair_stats_cases(rng):
-    cases = []
+    cases = [Case(({"b a </w>": 1, "a a a </w>": 3, "x y </w>": 2, "xy</w>": 4},))]  # twice in a word; one symbol
     for n_merges in (0, int(rng.integers(2, 6))):
         corpus = _corpus(rng, _letters(rng, int(rng.integers(3, 6))), int(rng.integers(4, 8)), max_len=6)
         cases.append(Case((_bpe_state(corpus, train_bpe_words(corpus, n_merges)),)))
@@ -133,21 +156,34 @@ def _merge_pair_cases(rng):
     return cases
 
 
+# Small corpora on which one classic mistake changes the merges (found by brute force over tiny corpora):
+# counting a pair once per word, ignoring the counts, merging by string replacement, merging right to left.
+TIE_FREE_TRAPS = [({"xaaa": 3}, 1), ({"a": 2, "b": 3}, 1), ({"abab": 3, "bab": 4}, 4), ({"a": 1, "aaa": 2}, 2)]
+TIE_TRAPS = [({"ab": 2, "ba": 2}, 4), ({"ba": 2, "ab": 2}, 4),  # the tie rule, in both orders of the words
+             ({"xaaa": 3}, 2), ({"b": 1, "aa": 3}, 1), ({"bxbx": 1, "x": 3}, 3), ({"aaa": 2}, 2)]
+
+
 def _train_bpe_cases(rng):
-    cases = []
-    for _ in range(2):
-        corpus = _corpus(rng, _letters(rng, int(rng.integers(4, 7))), int(rng.integers(5, 9)))
-        cases.append(Case((corpus, int(rng.integers(5, 16)))))
+    """Training stops before the first tie (no tie rule can matter); it also stops early, and trains 0 merges."""
+    cases = [Case(pair) for pair in TIE_FREE_TRAPS]
+    cases += [Case(({"ab": 3, "b": 1}, 10)), Case(({"ab": 3, "b": 1}, 0))]  # runs out of pairs after 2 merges
+    while len(cases) < len(TIE_FREE_TRAPS) + 4:
+        corpus = _corpus(rng, _letters(rng, int(rng.integers(4, 7))), int(rng.integers(5, 9)), max_count=50)
+        merges, unique = _merge_steps(corpus, int(rng.integers(5, 16)))
+        n = unique.index(False) if False in unique else len(merges)
+        if n >= 3:
+            cases.append(Case((corpus, n)))
     return cases
 
 
 def _train_bpe_ties_cases(rng):
-    """Few letters and equal counts: many pairs tie, and the order of the words decides."""
+    """Few letters and equal counts: many pairs tie, and the order of the words matters. Never more merges than
+    there are pairs to merge."""
     alphabet = _letters(rng, 2)
     corpus = _corpus(rng, alphabet, 5, max_len=5, max_count=1)
     flipped = dict(reversed(list(corpus.items())))  # the same counts in the opposite order
-    small = _corpus(rng, _letters(rng, 3), 2, max_len=3, max_count=3)
-    return [Case((corpus, 8)), Case((flipped, 8)), Case((small, 30)), Case((small, 0))]  # 30: stops early
+    n = min(8, len(_merge_steps(corpus, 8)[0]), len(_merge_steps(flipped, 8)[0]))  # the order changes it
+    return [Case(pair) for pair in TIE_TRAPS] + [Case((corpus, n)), Case((flipped, n))]
 
 
 def _bpe_segment_cases(rng):
@@ -156,7 +192,11 @@ def _bpe_segment_cases(rng):
     merges = train_bpe_words(corpus, int(rng.integers(8, 20)))
     seen = list(corpus)[int(rng.integers(len(corpus)))]
     words = [seen, _word(rng, alphabet[:4], 4, 9), _word(rng, alphabet[:4], 6, 10), alphabet[4] + seen]
-    return [Case((w, merges)) for w in words]
+    traps = [("xab", [("x", "a"), ("a", "b")]),  # string replacement would merge the a of xa with b
+             ("aaa", [("a", "a")]),  # left to right: aa a
+             ("abab", [("a", "b")]),  # every occurrence
+             ("abc", [("b", "c"), ("a", "b")])]  # in the order learned, not by the longest symbol
+    return [Case(trap) for trap in traps] + [Case((w, merges)) for w in words]
 
 
 def _wordpiece_vocab(rng, alphabet, unk, drop=()):
@@ -175,7 +215,9 @@ def _wordpiece_vocab(rng, alphabet, unk, drop=()):
 def _wordpiece_cases(rng):
     alphabet = _letters(rng, 4)
     vocab = _wordpiece_vocab(rng, alphabet, "[UNK]")
-    cases = [Case((_word(rng, alphabet, 2, 9), vocab)) for _ in range(3)]
+    cases = [Case(("abc", ["[UNK]", "a", "ab", "##b", "##c", "##bc"])),  # longest first: ab ##c, not a ##b ##c
+             Case(("ab", ["[UNK]", "a", "##b"])),  # continuations are looked up with ##
+             Case(("a", ["[UNK]", "a", "##a"]))] + [Case((_word(rng, alphabet, 2, 9), vocab)) for _ in range(3)]
     cases.append(Case((_word(rng, alphabet, 3, 8), vocab), {"unk": "[UNK]", "max_chars": 20}))
     return cases
 
@@ -236,7 +278,9 @@ def _unigram_word(rng, pieces, max_len=10):
 
 def _viterbi_cases(rng):
     """Continuous log-probabilities; the best segmentation wins by at least 1e-3, so rounding cannot matter."""
-    cases = []
+    cases = [Case(("aab", {"a": -1.0, "b": -1.0, "aa": -1.5})),  # pieces in order: aa b
+             Case(("abc", {"a": -1.0, "b": -1.0, "c": -1.0, "ab": -5.0})),  # greedy ab|c is worse than a|b|c
+             Case(("abab", {"a": -2.0, "b": -2.0, "abab": -1.0}))]  # the longest piece of the vocabulary
     while len(cases) < 4:
         alphabet = _letters(rng, 3)
         log_probs = _unigram_pieces(rng, alphabet, np.round(-rng.uniform(0.5, 2.5, 20), 2),
@@ -250,8 +294,11 @@ def _viterbi_cases(rng):
 
 def _viterbi_ties_cases(rng):
     """Log-probabilities that are multiples of 1/2 (exact sums): at least two cases have several best segmentations."""
-    cases, tied = [], 0
-    while len(cases) < 4:
+    cases = [Case(("ab", {"a": -1.0, "b": -1.0, "ab": -2.0})),  # a|b and ab tie: ab
+             # a|b|cd (3 pieces) and abc|d (2 pieces) tie: the longer last piece wins, not the fewer pieces
+             Case(("abcd", {"a": -1.0, "b": -1.0, "c": -5.0, "d": -1.0, "cd": -2.0, "abc": -3.0}))]
+    tied = 0
+    while len(cases) < 6:
         alphabet = _letters(rng, 3)
         log_probs = _unigram_pieces(rng, alphabet, [-1.0, -1.5, -2.0], [-1.5, -2.0, -2.5, -3.0, -3.5, -4.0])
         word = _unigram_word(rng, log_probs)
@@ -263,18 +310,19 @@ def _viterbi_ties_cases(rng):
     return cases
 
 
-def _data(function, cases, reference, **tolerance):
-    return Check(function, cases, reference, output="data", **tolerance)
+def _data(function, cases, reference, **options):
+    return Check(function, cases, reference, output="data", **options)
 
 
 EXACT = {"rtol": 0.0, "atol": 0.0}
+TRAIN_USES = ("get_pair_stats", "merge_pair")  # the notebook builds train_bpe on them (and bpe_segment on merge_pair)
 
 CHECKS = {
     "test_pair_stats": _data("get_pair_stats", _pair_stats_cases, ref_pair_stats, **EXACT),
     "test_merge_pair": _data("merge_pair", _merge_pair_cases, ref_merge_pair, **EXACT),
-    "test_train_bpe": _data("train_bpe", _train_bpe_cases, ref_train_bpe, **EXACT),
-    "test_train_bpe_ties": _data("train_bpe", _train_bpe_ties_cases, ref_train_bpe, **EXACT),
-    "test_bpe_segment": _data("bpe_segment", _bpe_segment_cases, ref_bpe_segment, **EXACT),
+    "test_train_bpe": _data("train_bpe", _train_bpe_cases, ref_train_bpe, depends_on=TRAIN_USES, **EXACT),
+    "test_train_bpe_ties": _data("train_bpe", _train_bpe_ties_cases, ref_train_bpe, depends_on=TRAIN_USES, **EXACT),
+    "test_bpe_segment": _data("bpe_segment", _bpe_segment_cases, ref_bpe_segment, depends_on=("merge_pair",), **EXACT),
     "test_wordpiece": _data("wordpiece_encode", _wordpiece_cases, ref_wordpiece, **EXACT),
     "test_wordpiece_unknown": _data("wordpiece_encode", _wordpiece_unknown_cases, ref_wordpiece, **EXACT),
     # the total is a sum of floats: the order of additions may differ from the reference's

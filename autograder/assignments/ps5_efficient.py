@@ -81,9 +81,15 @@ def ref_decode(q, k_new, v_new, k_cache, v_cache):
 # --- fresh inputs -------------------------------------------------------------------------------------------
 
 
+# Every `cases` function below starts with deterministic edge cases (the same for every seed), built so that each
+# known wrong variant of tests/test_wrong_variants.py fails them every time; random cases come in addition.
+
+
 def _window_causal(rng):
     T = int(rng.integers(5, 13))
     return [
+        Case((5, 3)),
+        Case((4, 1)),
         Case((T, int(rng.integers(2, T - 1)))),
         Case((T, 1)),
         Case((T, T), {"causal": True}),
@@ -96,7 +102,8 @@ def _window_causal(rng):
 def _window_bidirectional(rng):
     T = int(rng.integers(6, 13))
     odd, even = 2 * int(rng.integers(1, 3)) + 1, 2 * int(rng.integers(1, 3))
-    return [Case((T, w), {"causal": False}) for w in (odd, even, 1, 2 * T + int(rng.integers(0, 3)))]
+    return [Case((5, 2), {"causal": False}), Case((5, 3), {"causal": False})] + [
+        Case((T, w), {"causal": False}) for w in (odd, even, 1, 2 * T + int(rng.integers(0, 3)))]
 
 
 def _block_stats(rng, rows, scale=3.0, offset=0.0):
@@ -109,7 +116,9 @@ def _merge_stats(rng):
     rows = int(rng.integers(3, 7))
     (m1, l1), (m2, l2) = _block_stats(rng, rows), _block_stats(rng, rows)
     (a1, b1), (a2, b2) = _block_stats(rng, 6), _block_stats(rng, 6)
-    return [Case((m1, l1, m2, l2)), Case((a1.reshape(2, 3), b1.reshape(2, 3), a2.reshape(2, 3), b2.reshape(2, 3)))]
+    worked = (np.array([2.0, 3.0]), np.array([1.5, 1.0]), np.array([3.0, 2.0]), np.array([1.0, 1.5]))  # both orders
+    return [Case(worked), Case((m1, l1, m2, l2)),
+            Case((a1.reshape(2, 3), b1.reshape(2, 3), a2.reshape(2, 3), b2.reshape(2, 3)))]
 
 
 def _merge_extremes(rng):
@@ -120,7 +129,10 @@ def _merge_extremes(rng):
     empty1[0] = empty2[0] = True  # row 0: two empty blocks
     m1, l1 = np.where(empty1, -np.inf, m1), np.where(empty1, 0.0, l1)
     m2, l2 = np.where(empty2, -np.inf, m2), np.where(empty2, 0.0, l2)
-    return [Case((*big[0], *big[1])), Case((*big[2], *big[3])), Case((m1, l1, m2, l2))]
+    empty = (np.array([-np.inf, -np.inf, 5.0]), np.array([0.0, 0.0, 1.0]), np.array([-np.inf, 5.0, -np.inf]),
+             np.array([0.0, 1.0, 0.0]))  # two empty blocks; an empty block on either side
+    huge = (np.array([1e4, 5.0]), np.array([2.0, 1.0]), np.array([1e4 - 1, 1e4]), np.array([1.0, 1.0]))
+    return [Case(empty), Case(huge), Case((*big[0], *big[1])), Case((*big[2], *big[3])), Case((m1, l1, m2, l2))]
 
 
 def _online_softmax(rng):
@@ -138,6 +150,7 @@ def _online_softmax(rng):
 
 def _online_softmax_extremes(rng):
     n, bs = int(rng.integers(9, 16)), int(rng.integers(2, 4))
+    n = n + 1 if n % bs == 0 else n  # a shorter last block
     rows = 4
     ramp = np.cumsum(rng.uniform(100, 400, size=(rows, n)), axis=1)  # the maximum grows by far more than 709
     x = 1e4 + ramp + rng.normal(size=(rows, n))
@@ -145,7 +158,17 @@ def _online_softmax_extremes(rng):
     x[rng.random((rows, n)) < 0.2] = -np.inf  # scattered masked entries
     x[:, -1] = 1e4 + ramp[:, -1]  # every row keeps a finite entry
     low = -1e4 + rng.normal(size=(3, n)) * 5  # everything underflows without the shift
-    return [Case((x, bs)), Case((low, int(rng.integers(2, 5))))]
+    worked = np.array([-np.inf, -np.inf, 1e4, 1e4 + 1, 1e4 + 1000, 1e4 + 999, 1e4 + 2])  # a masked block, a short one
+    return [Case((worked, 2)), Case((x, bs)), Case((low, int(rng.integers(2, 5))))]
+
+
+def _huge_scores(rng, b, t_q, t_k):
+    """Scores between about 1000 and 1130 everywhere (exp overflows without the running maximum)."""
+    q = np.zeros((b, t_q, 2))
+    q[..., 0] = 40.0
+    k = rng.normal(size=(b, t_k, 2))
+    k[..., 0] = 38.0 + rng.random((b, t_k))
+    return q, k, rng.normal(size=(b, t_k, 3))
 
 
 def _tiled_full(rng):
@@ -155,6 +178,7 @@ def _tiled_full(rng):
     bs = bs + 1 if t_k % bs == 0 else bs
     q, k, v = rng.normal(size=(b, h, t_q, d)), rng.normal(size=(b, h, t_k, d)), rng.normal(size=(b, h, t_k, d_v))
     return [
+        Case((*_huge_scores(rng, 2, 3, 7), 3)),
         Case((q, k, v, bs)),
         Case((q, k, v, 1)),
         Case((q, k, v, t_k + int(rng.integers(0, 10)))),
@@ -169,6 +193,7 @@ def _tiled_causal(rng):
     bs = bs + 1 if t % bs == 0 else bs
     q, k, v = rng.normal(size=(2, 2, t, 4)), rng.normal(size=(2, 2, t, 4)), rng.normal(size=(2, 2, t, 3))
     return [
+        Case((*_huge_scores(rng, 2, 7, 7), 3), {"is_causal": True}),
         Case((q, k, v, bs), {"is_causal": True}),
         Case((q[0], k[0], v[0], 1), {"is_causal": True}),
         Case((q, k, v, t + int(rng.integers(0, 5))), {"is_causal": True}),
@@ -222,8 +247,11 @@ CHECKS = {
     "test_window_bidirectional": Check("sliding_window_mask", _window_bidirectional, ref_window),
     "test_merge_stats": Check("merge_softmax_stats", _merge_stats, ref_merge),
     "test_merge_extremes": Check("merge_softmax_stats", _merge_extremes, ref_merge),
-    "test_online_softmax": Check("online_softmax", _online_softmax, ref_online_softmax),
-    "test_online_softmax_extremes": Check("online_softmax", _online_softmax_extremes, ref_online_softmax),
+    # the notebook asks online_softmax to merge with the student's merge_softmax_stats
+    "test_online_softmax": Check("online_softmax", _online_softmax, ref_online_softmax,
+                                 depends_on=("merge_softmax_stats",)),
+    "test_online_softmax_extremes": Check("online_softmax", _online_softmax_extremes, ref_online_softmax,
+                                          depends_on=("merge_softmax_stats",)),
     "test_tiled_full": Check("tiled_attention", _tiled_full, ref_tiled),
     "test_tiled_causal": Check("tiled_attention", _tiled_causal, ref_tiled),
     "test_gqa": Check("grouped_query_attention", _gqa, ref_gqa),

@@ -52,15 +52,20 @@ def ref_fitted_losses(N, D, loss, N_new, D_new):
 # Fresh inputs
 # ----------------------------------------------------------------------------------------------------------
 
+# Every `cases` function below starts with deterministic edge cases (the same for every seed), built so that each
+# known wrong variant of tests/test_wrong_variants.py fails them every time; random cases come in addition.
+
+
 def _power_law_exact(rng):
     a, b = float(np.exp(rng.uniform(-3, 6))), float(rng.uniform(-1.2, 1.2))
     x = np.exp(rng.uniform(-2, 15, size=int(rng.integers(3, 9))))
     two = np.array([float(rng.uniform(1, 10)), float(rng.uniform(100, 1000))])
-    return [Case((x, a * x**b)), Case((two, 2.5 * two**-0.7))]
+    decades = np.array([2.0, 5.0, 30.0, 400.0])
+    return [Case((decades, 3.0 * decades**-0.5)), Case((x, a * x**b)), Case((two, 2.5 * two**-0.7))]
 
 
 def _power_law_noisy(rng):
-    cases = []
+    cases = [Case((np.array([1.0, 10.0, 100.0]), np.array([4.0, 2.5, 1.0])))]  # the notebook's worked example
     for _ in range(2):
         n = int(rng.integers(10, 41))
         low = rng.uniform(-3, 12)
@@ -71,7 +76,7 @@ def _power_law_noisy(rng):
 
 
 def _training_flops(rng):
-    return [Case((float(rng.uniform(1e8, 1e11)), float(rng.uniform(1e9, 1e13)))),
+    return [Case((70e9, 1.4e12)), Case((float(rng.uniform(1e8, 1e11)), float(rng.uniform(1e9, 1e13)))),
             Case((np.exp(rng.uniform(15, 25, size=(3, 1))), np.exp(rng.uniform(20, 28, size=4))))]
 
 
@@ -102,7 +107,10 @@ def _chinchilla_like(rng):
 
 
 def _objective(rng):
-    cases = []
+    # the worked example: residuals (-0.0005, 0.01), one in each zone of the Huber loss; then delta = 1
+    worked = ({"E": 1.0, "A": 100.0, "B": 100.0, "alpha": 1.0, "beta": 1.0}, np.array([1e2, 1e4]), np.array([1e2, 1e4]),
+              np.array([3.0 * np.exp(0.0005), 1.02 * np.exp(-0.01)]))
+    cases = [Case(worked), Case(worked, {"delta": 1.0}), Case(worked, {"delta": 0.002})]
     for kwargs in ({}, {"delta": float(rng.uniform(0.003, 0.03))}):
         params, n = _chinchilla_like(rng), int(rng.integers(8, 25))
         N, D = np.exp(rng.uniform(np.log(1e7), np.log(1e10), size=n)), np.exp(rng.uniform(np.log(1e9), np.log(1e12), size=n))

@@ -1,0 +1,1097 @@
+"""The classic wrong answers of every graded function, and what each must cost, whatever the hidden inputs.
+
+Each variant below is the source of one wrong answer cell (the rest of the notebook is the instructor's
+solution) and the exact set of test cells it must lose: the cells of its own function that test what it gets
+wrong, and the cells of the functions that call it (multi-head attention calls softmax) where the mistake
+shows. Nothing else.
+
+1. Same work, same score: under ten ``--seed`` values (three for the Chinchilla fit, whose reference takes a
+   second per case) the hidden checks give every variant the same points and it loses exactly its cells. The
+   cases come from the graded checks themselves (``check.cases(rng)`` with the grader's ``_case_rng``), and each
+   check's deterministic edge cases are what makes this hold. To be fast this runs in-process: the notebook's
+   code cells are executed in a namespace in the test process (our own code), and ``capture.capture`` (the
+   sandbox's harness, given that namespace) calls the functions on the grader's input files, so what counts as an
+   answer is the same as in the sandbox; the results are judged with ``compare_arrays`` / ``compare_data``
+   against ``expected_results``. One variant per assignment also goes through the real command line (sandbox and
+   all), copied under 20 names: 20 identical rows.
+2. Visible tests catch what hidden checks catch: every variant fails at least one visible test of its own
+   function; the visible tests of a function that calls a broken one fail exactly when its hidden cells are
+   lost, and then name the broken function first.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import csv
+import io
+import json
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import nbformat
+import numpy as np
+import pytest
+
+from autograder import assignments, capture
+from autograder.__main__ import main as grader_main
+from autograder.checks import expected_results, parse_npy, write_inputs
+from autograder.compare import compare_arrays, compare_data
+from autograder.grade import _case_rng, _code_digest, release_template
+from autograder.notebooks import prepare
+from autograder.sandbox import bubblewrap_available
+from submissions import solution_sources, submission, write
+
+SEEDS = range(10)
+
+pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")  # overflow and nan are what some variants do
+
+
+@dataclass(frozen=True)
+class Variant:
+    name: str
+    cell: str  # the grade_id of the answer cell it replaces: the function's name
+    loses: frozenset
+    source: str
+
+
+VARIANTS: dict[str, list[Variant]] = {name: [] for name in assignments.ASSIGNMENTS}
+
+
+def variant(assignment: str, name: str, cell: str, loses: set[str], source: str) -> None:
+    VARIANTS[assignment].append(Variant(name, cell, frozenset(loses), source.strip("\n") + "\n"))
+
+
+TEMPLATES: list[tuple[str, str, Callable[..., str]]] = []  # (assignment, cell, fill)
+
+
+def template(assignment: str, cell: str, source: str, **right: str) -> Callable[..., str]:
+    """A correct answer with some of its parts as ``{blanks}``, filled by ``right``: ``fill(**wrong)`` is the
+    source with the named parts replaced by wrong ones (``fill()`` is correct: a test checks that)."""
+    def fill(**wrong: str) -> str:
+        assert set(wrong) <= set(right), set(wrong) - set(right)
+        return source.format(**{**right, **wrong})
+
+    TEMPLATES.append((assignment, cell, fill))
+    return fill
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# ps1-attention
+# ---------------------------------------------------------------------------------------------------------------
+PS1 = "ps1-attention"
+SDPA = {"test_sdpa_small", "test_sdpa_mask", "test_sdpa_batched"}
+MHA = {"test_mha_one_head", "test_mha_two_heads", "test_mha_batch_causal"}
+
+variant(PS1, "softmax without subtracting the maximum", "softmax", {"test_softmax_stability"}, """
+def softmax(x, axis=-1):
+    e = np.exp(x)
+    return e / np.sum(e, axis=axis, keepdims=True)
+""")
+variant(PS1, "softmax shifted by the maximum of the whole array", "softmax", {"test_softmax_stability"}, """
+def softmax(x, axis=-1):
+    e = np.exp(x - np.max(x))
+    return e / np.sum(e, axis=axis, keepdims=True)
+""")
+variant(PS1, "softmax ignores its axis argument", "softmax", {"test_softmax_axis"}, """
+def softmax(x, axis=-1):
+    e = np.exp(x - np.max(x, axis=-1, keepdims=True))
+    return e / np.sum(e, axis=-1, keepdims=True)
+""")
+variant(PS1, "softmax normalised over axis 0", "softmax", {"test_softmax_stability", "test_softmax_axis", *SDPA, *MHA},
+        """
+def softmax(x, axis=-1):
+    e = np.exp(x - np.max(x, axis=axis, keepdims=True))
+    return e / np.sum(e, axis=0, keepdims=True)
+""")
+variant(PS1, "softmax without keepdims", "softmax", {"test_softmax_stability", "test_softmax_axis", *SDPA, *MHA}, """
+def softmax(x, axis=-1):
+    e = np.exp(x - np.max(x, axis=axis, keepdims=True))
+    return e / np.sum(e, axis=axis)
+""")
+variant(PS1, "causal mask transposed", "causal_mask", {"test_causal_mask"}, """
+def causal_mask(T):
+    return np.triu(np.ones((T, T), dtype=bool))
+""")
+variant(PS1, "causal mask without the diagonal", "causal_mask", {"test_causal_mask"}, """
+def causal_mask(T):
+    return np.tril(np.ones((T, T), dtype=bool), k=-1)
+""")
+variant(PS1, "causal mask of floats", "causal_mask", {"test_causal_mask"}, """
+def causal_mask(T):
+    return np.tril(np.ones((T, T)))
+""")
+variant(PS1, "attention without the 1/sqrt(d) scale", "scaled_dot_product_attention", SDPA | MHA, """
+def scaled_dot_product_attention(q, k, v, mask=None):
+    scores = np.matmul(q, np.swapaxes(k, -1, -2))
+    if mask is not None:
+        scores = np.where(mask, scores, -np.inf)
+    weights = softmax(scores, axis=-1)
+    return np.matmul(weights, v), weights
+""")
+variant(PS1, "attention scaled by the size of the values", "scaled_dot_product_attention", SDPA, """
+def scaled_dot_product_attention(q, k, v, mask=None):
+    scores = np.matmul(q, np.swapaxes(k, -1, -2)) / np.sqrt(v.shape[-1])
+    if mask is not None:
+        scores = np.where(mask, scores, -np.inf)
+    weights = softmax(scores, axis=-1)
+    return np.matmul(weights, v), weights
+""")
+variant(PS1, "attention with the mask polarity reversed", "scaled_dot_product_attention",
+        {"test_sdpa_mask", "test_mha_batch_causal"}, """
+def scaled_dot_product_attention(q, k, v, mask=None):
+    scores = np.matmul(q, np.swapaxes(k, -1, -2)) / np.sqrt(q.shape[-1])
+    if mask is not None:
+        scores = np.where(mask, -np.inf, scores)
+    weights = softmax(scores, axis=-1)
+    return np.matmul(weights, v), weights
+""")
+variant(PS1, "attention softmax over the queries", "scaled_dot_product_attention", SDPA | MHA, """
+def scaled_dot_product_attention(q, k, v, mask=None):
+    scores = np.matmul(q, np.swapaxes(k, -1, -2)) / np.sqrt(q.shape[-1])
+    if mask is not None:
+        scores = np.where(mask, scores, -np.inf)
+    weights = softmax(scores, axis=-2)
+    return np.matmul(weights, v), weights
+""")
+variant(PS1, "attention with .T (reverses every axis of a batch)", "scaled_dot_product_attention",
+        {"test_sdpa_batched", *MHA}, """
+def scaled_dot_product_attention(q, k, v, mask=None):
+    scores = q @ k.T / np.sqrt(q.shape[-1])
+    if mask is not None:
+        scores = np.where(mask, scores, -np.inf)
+    weights = softmax(scores, axis=-1)
+    return weights @ v, weights
+""")
+mha_with = template(PS1, "multi_head_attention", """
+def multi_head_attention(x, W_q, W_k, W_v, W_o, n_heads, mask=None):
+    *lead, T, d_model = x.shape
+    d_head = d_model // n_heads
+
+    def split(m):
+        {split}
+
+    q, k, v = split(x @ W_q), split(x @ W_k), split(x @ W_v)
+    heads, _ = scaled_dot_product_attention(q, k, v, mask={mask})
+    concat = {concat}
+    return concat{w_o}
+""", split="return np.swapaxes(m.reshape(*lead, T, n_heads, d_head), -2, -3)", mask="mask",
+    concat="np.swapaxes(heads, -2, -3).reshape(*lead, T, d_model)", w_o=" @ W_o")
+variant(PS1, "heads take every n_heads-th column", "multi_head_attention",
+        {"test_mha_two_heads", "test_mha_batch_causal"},
+        mha_with(split="return np.moveaxis(m.reshape(*lead, T, d_head, n_heads), -1, -3)",
+                 concat="np.moveaxis(heads, -3, -1).reshape(*lead, T, d_model)"))
+variant(PS1, "heads split by reshape without transposing", "multi_head_attention",
+        {"test_mha_two_heads", "test_mha_batch_causal"},
+        mha_with(split="return m.reshape(*lead, n_heads, T, d_head)",
+                 concat="heads.reshape(*lead, T, d_model)"))
+variant(PS1, "multi-head attention ignores the mask", "multi_head_attention", {"test_mha_batch_causal"},
+        mha_with(mask="None"))
+variant(PS1, "multi-head attention without W_o", "multi_head_attention", MHA,
+        mha_with(w_o=""))
+variant(PS1, "multi-head attention scaled by sqrt(d_model)", "multi_head_attention",
+        {"test_mha_two_heads", "test_mha_batch_causal"}, """
+def multi_head_attention(x, W_q, W_k, W_v, W_o, n_heads, mask=None):
+    *lead, T, d_model = x.shape
+    d_head = d_model // n_heads
+    heads = []
+    for h in range(n_heads):
+        cols = slice(h * d_head, (h + 1) * d_head)
+        scores = (x @ W_q[:, cols]) @ np.swapaxes(x @ W_k[:, cols], -1, -2) / np.sqrt(d_model)
+        if mask is not None:
+            scores = np.where(mask, scores, -np.inf)
+        heads.append(softmax(scores, axis=-1) @ (x @ W_v[:, cols]))
+    return np.concatenate(heads, axis=-1) @ W_o
+""")
+variant(PS1, "equivariance error without abs", "equivariance_error", {"test_equivariance"}, """
+def equivariance_error(f, x, perm):
+    return float(np.max(f(x[perm]) - f(x)[perm]))
+""")
+variant(PS1, "equivariance error without abs, other order", "equivariance_error", {"test_equivariance"}, """
+def equivariance_error(f, x, perm):
+    return float(np.max(f(x)[perm] - f(x[perm])))
+""")
+variant(PS1, "equivariance error without permuting the output", "equivariance_error", {"test_equivariance"}, """
+def equivariance_error(f, x, perm):
+    return float(np.max(np.abs(f(x[perm]) - f(x))))
+""")
+variant(PS1, "equivariance error with the inverse permutation on the output", "equivariance_error",
+        {"test_equivariance"}, """
+def equivariance_error(f, x, perm):
+    return float(np.max(np.abs(f(x[perm]) - f(x)[np.argsort(perm)])))
+""")
+variant(PS1, "equivariance error as a mean", "equivariance_error", {"test_equivariance"}, """
+def equivariance_error(f, x, perm):
+    return float(np.mean(np.abs(f(x[perm]) - f(x)[perm])))
+""")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# ps2-positions
+# ---------------------------------------------------------------------------------------------------------------
+PS2 = "ps2-positions"
+SINUSOIDAL = {"test_sinusoidal_small", "test_sinusoidal_values"}
+T5_LARGE = {"test_t5_log", "test_t5_bidirectional"}
+ROPE = {"test_rope_small", "test_rope_properties"}
+
+variant(PS2, "sin and cos swapped", "sinusoidal_encoding", SINUSOIDAL, """
+def sinusoidal_encoding(n_positions, d, base=10000.0):
+    t = np.arange(n_positions)[:, None]
+    omega = base ** (-np.arange(0, d, 2) / d)
+    pe = np.zeros((n_positions, d))
+    pe[:, 0::2] = np.cos(t * omega)
+    pe[:, 1::2] = np.sin(t * omega)
+    return pe
+""")
+variant(PS2, "exponent i/d instead of 2i/d", "sinusoidal_encoding", SINUSOIDAL, """
+def sinusoidal_encoding(n_positions, d, base=10000.0):
+    t = np.arange(n_positions)[:, None]
+    omega = base ** (-np.arange(d // 2) / d)
+    pe = np.zeros((n_positions, d))
+    pe[:, 0::2] = np.sin(t * omega)
+    pe[:, 1::2] = np.cos(t * omega)
+    return pe
+""")
+variant(PS2, "a frequency per feature, not per pair", "sinusoidal_encoding", SINUSOIDAL, """
+def sinusoidal_encoding(n_positions, d, base=10000.0):
+    angles = np.arange(n_positions)[:, None] * base ** (-np.arange(d) / d)
+    return np.where(np.arange(d) % 2 == 0, np.sin(angles), np.cos(angles))
+""")
+variant(PS2, "all sines first, then all cosines", "sinusoidal_encoding", SINUSOIDAL, """
+def sinusoidal_encoding(n_positions, d, base=10000.0):
+    angles = np.arange(n_positions)[:, None] * base ** (-np.arange(0, d, 2) / d)
+    return np.concatenate([np.sin(angles), np.cos(angles)], axis=1)
+""")
+variant(PS2, "sinusoidal ignores base", "sinusoidal_encoding", {"test_sinusoidal_values"}, """
+def sinusoidal_encoding(n_positions, d, base=10000.0):
+    t = np.arange(n_positions)[:, None]
+    omega = 10000.0 ** (-np.arange(0, d, 2) / d)
+    pe = np.zeros((n_positions, d))
+    pe[:, 0::2] = np.sin(t * omega)
+    pe[:, 1::2] = np.cos(t * omega)
+    return pe
+""")
+alibi_with = template(PS2, "alibi_slopes", """
+def alibi_slopes(n_heads):
+    def power_of_two(n):
+        return [2.0 ** (-8.0 * h / n) for h in range({start}, n + {start})]
+
+    p = 2 ** int(np.{rounding}(np.log2(n_heads)))
+    slopes = power_of_two(p)
+    if p < n_heads:
+        slopes += power_of_two(2 * p){extra}
+    return np.array({slopes})
+""", start="1", rounding="floor", extra="[0::2][: n_heads - p]", slopes="slopes")
+variant(PS2, "ALiBi: the geometric sequence for any number of heads", "alibi_slopes", {"test_alibi_other"}, """
+def alibi_slopes(n_heads):
+    return np.array([2.0 ** (-8.0 * h / n_heads) for h in range(1, n_heads + 1)])
+""")
+variant(PS2, "ALiBi: the even entries of the 2p sequence", "alibi_slopes", {"test_alibi_other"},
+        alibi_with(extra="[1::2][: n_heads - p]"))
+variant(PS2, "ALiBi: the next power of two, truncated", "alibi_slopes", {"test_alibi_other"},
+        alibi_with(rounding="ceil", slopes="slopes[:n_heads]"))
+variant(PS2, "ALiBi: every odd entry of the 2p sequence, untruncated", "alibi_slopes", {"test_alibi_other"},
+        alibi_with(extra="[0::2]"))
+variant(PS2, "ALiBi: heads counted from 0", "alibi_slopes", {"test_alibi_power_of_two", "test_alibi_other"},
+        alibi_with(start="0"))
+t5_with = template(PS2, "t5_bucket", """
+def t5_bucket(relative_position, bidirectional=True, num_buckets=32, max_distance=128):
+    r = np.asarray(relative_position)
+    n = num_buckets
+    start = np.zeros_like(r)
+    if bidirectional:
+        n {halve}
+        start = np.where(r {upper}, n, 0)
+        a = np.abs(r)
+    else:
+        a = np.maximum({distance}, 0)
+    e = {exact}
+    with np.errstate(divide="ignore"):
+        large = e + np.{rounding}(np.log(np.maximum(a, 1) / e) / np.log({max_distance} / e) * (n - e)).astype(int)
+    return start + np.where(a < e, a, {clamp})
+""", halve="//= 2", upper="> 0", distance="-r", exact="n // 2", rounding="floor",
+    max_distance="max_distance", clamp="np.minimum(large, n - 1)")
+variant(PS2, "T5 without the clamp at n - 1", "t5_bucket", T5_LARGE, t5_with(clamp="large"))
+variant(PS2, "T5 clamped at n instead of n - 1", "t5_bucket", T5_LARGE,
+        t5_with(clamp="np.minimum(large, n)"))
+variant(PS2, "T5 relative position as query minus key", "t5_bucket",
+        {"test_t5_exact", "test_t5_log", "test_t5_bidirectional"},
+        t5_with(distance="r", upper="< 0"))
+variant(PS2, "T5: distance 0 in the upper half", "t5_bucket", {"test_t5_bidirectional"},
+        t5_with(upper=">= 0"))
+variant(PS2, "T5: bidirectional without halving the buckets", "t5_bucket", {"test_t5_bidirectional"},
+        t5_with(halve="//= 1"))
+variant(PS2, "T5: rounding the log bucket", "t5_bucket", T5_LARGE, t5_with(rounding="round"))
+variant(PS2, "T5: one exact bucket too many", "t5_bucket", T5_LARGE, t5_with(exact="n // 2 + 1"))
+variant(PS2, "T5: max_distance fixed at 128", "t5_bucket", T5_LARGE, t5_with(max_distance="128"))
+rope_with = template(PS2, "apply_rope", """
+def apply_rope(x, positions, base=10000.0):
+    d = x.shape[-1]
+    angles = np.asarray({positions}, dtype=float)[:, None] * {base} ** (-np.arange(0, d, 2) / {exponent})
+    cos, sin = np.cos(angles), np.sin({sign}angles)
+    a, b = {pairs}
+    out = np.empty(np.shape(x))
+    {out_a} = a * cos - b * sin
+    {out_b} = a * sin + b * cos
+    return out
+""", positions="positions", base="base", exponent="d", sign="", pairs="x[..., 0::2], x[..., 1::2]",
+    out_a="out[..., 0::2]", out_b="out[..., 1::2]")
+variant(PS2, "RoPE rotating the two halves (rotate-half layout)", "apply_rope", ROPE,
+        rope_with(pairs="x[..., : d // 2], x[..., d // 2:]",
+                  out_a="out[..., : d // 2]", out_b="out[..., d // 2:]"))
+variant(PS2, "RoPE rotating the wrong way", "apply_rope", ROPE, rope_with(sign="-"))
+variant(PS2, "RoPE with theta_i = base^(-i/d)", "apply_rope", ROPE,
+        rope_with(exponent="d / 2"))
+variant(PS2, "RoPE ignores the positions given", "apply_rope", ROPE,
+        rope_with(positions="np.arange(x.shape[-2])"))
+variant(PS2, "RoPE ignores base", "apply_rope", {"test_rope_properties"},
+        rope_with(base="10000.0"))
+variant(PS2, "RoPE overwriting the first feature of a pair before using it", "apply_rope", ROPE, """
+def apply_rope(x, positions, base=10000.0):
+    d = x.shape[-1]
+    angles = np.asarray(positions, dtype=float)[:, None] * base ** (-np.arange(0, d, 2) / d)
+    out = np.array(x, dtype=float)
+    out[..., 0::2] = out[..., 0::2] * np.cos(angles) - out[..., 1::2] * np.sin(angles)
+    out[..., 1::2] = out[..., 0::2] * np.sin(angles) + out[..., 1::2] * np.cos(angles)
+    return out
+""")
+
+# ---------------------------------------------------------------------------------------------------------------
+# ps3-tokenizers
+# ---------------------------------------------------------------------------------------------------------------
+PS3 = "ps3-tokenizers"
+TRAIN = {"test_train_bpe", "test_train_bpe_ties"}
+WORDPIECE = {"test_wordpiece", "test_wordpiece_unknown"}
+VITERBI = {"test_viterbi", "test_viterbi_ties"}
+
+variant(PS3, "pair counted once per word", "get_pair_stats", {"test_pair_stats", *TRAIN}, """
+def get_pair_stats(vocab):
+    stats = {}
+    for word, count in vocab.items():
+        symbols = word.split()
+        for pair in dict.fromkeys(zip(symbols, symbols[1:])):
+            stats[pair] = stats.get(pair, 0) + count
+    return stats
+""")
+variant(PS3, "pair counts not weighted by the word counts", "get_pair_stats", {"test_pair_stats", *TRAIN}, """
+def get_pair_stats(vocab):
+    stats = {}
+    for word in vocab:
+        symbols = word.split()
+        for pair in zip(symbols, symbols[1:]):
+            stats[pair] = stats.get(pair, 0) + 1
+    return stats
+""")
+variant(PS3, "pair statistics sorted (the tie rule needs first-seen order)", "get_pair_stats",
+        {"test_train_bpe_ties"}, """
+def get_pair_stats(vocab):
+    stats = {}
+    for word, count in vocab.items():
+        symbols = word.split()
+        for pair in zip(symbols, symbols[1:]):
+            stats[pair] = stats.get(pair, 0) + count
+    return dict(sorted(stats.items()))
+""")
+variant(PS3, "merge by string replacement", "merge_pair", {"test_merge_pair", *TRAIN, "test_bpe_segment"}, """
+def merge_pair(pair, vocab):
+    return {word.replace(" ".join(pair), "".join(pair)): count for word, count in vocab.items()}
+""")
+variant(PS3, "merge scanning right to left", "merge_pair", {"test_merge_pair", *TRAIN, "test_bpe_segment"}, """
+def merge_pair(pair, vocab):
+    a, b = pair
+    merged = {}
+    for word, count in vocab.items():
+        symbols = word.split()
+        out, i = [], len(symbols) - 1
+        while i >= 0:
+            if i > 0 and symbols[i - 1] == a and symbols[i] == b:
+                out.append(a + b)
+                i -= 2
+            else:
+                out.append(symbols[i])
+                i -= 1
+        merged[" ".join(reversed(out))] = count
+    return merged
+""")
+train_with = template(PS3, "train_bpe", """
+def train_bpe(word_counts, num_merges):
+    vocab = {{" ".join(list(word){end}): count for word, count in word_counts.items()}}
+    merges = []
+    for _ in range(num_merges):
+        stats = get_pair_stats(vocab)
+        {stop}
+        best = {pick}
+        merges.append(best)
+        vocab = merge_pair(best, vocab)
+    return merges
+""", end=' + ["</w>"]', stop="if not stats:\n            break", pick="max(stats, key=stats.get)")
+variant(PS3, "ties to the lexicographically largest pair (subword-nmt)", "train_bpe", {"test_train_bpe_ties"},
+        train_with(pick="max(stats, key=lambda pair: (stats[pair], pair))"))
+variant(PS3, "ties to the pair seen last", "train_bpe", {"test_train_bpe_ties"},
+        train_with(pick="max(reversed(list(stats)), key=stats.get)"))
+variant(PS3, "training does not stop when no pair is left", "train_bpe", {"test_train_bpe"},
+        train_with(stop="pass"))
+variant(PS3, "training without the end-of-word symbol", "train_bpe", TRAIN, train_with(end=""))
+variant(PS3, "segmenting applies each merge once", "bpe_segment", {"test_bpe_segment"}, """
+def bpe_segment(word, merges):
+    symbols = list(word) + ["</w>"]
+    for a, b in merges:
+        for i in range(len(symbols) - 1):
+            if symbols[i] == a and symbols[i + 1] == b:
+                symbols[i:i + 2] = [a + b]
+                break
+    return symbols
+""")
+variant(PS3, "segmenting without the end-of-word symbol", "bpe_segment", {"test_bpe_segment"}, """
+def bpe_segment(word, merges):
+    vocab = {" ".join(word): 1}
+    for pair in merges:
+        vocab = merge_pair(pair, vocab)
+    return list(vocab)[0].split()
+""")
+variant(PS3, "segmenting by the longest known symbol", "bpe_segment", {"test_bpe_segment"}, """
+def bpe_segment(word, merges):
+    known = {a + b for a, b in merges} | set(word) | {"</w>"}
+    text, pieces, start = word + "</w>", [], 0
+    while start < len(text):
+        end = max(e for e in range(start + 1, len(text) + 1) if text[start:e] in known or e == start + 1)
+        pieces.append(text[start:end])
+        start = end
+    return pieces
+""")
+wordpiece_with = template(PS3, "wordpiece_encode", """
+def wordpiece_encode(word, vocab, unk="[UNK]", max_chars=100):
+    if len(word) {too_long} max_chars:
+        return {long}
+    vocab = set(vocab)
+    pieces, start = [], 0
+    while start < len(word):
+        {search}
+            piece = word[start:end] if start == 0 else "##" + word[start:end]
+            if {lookup} in vocab:
+                break
+        else:
+            return {unknown}
+        pieces.append(piece)
+        start = end
+    return pieces
+""", too_long=">", long="[unk]", search="for end in range(len(word), start, -1):", lookup="piece",
+    unknown="[unk]")
+variant(PS3, "WordPiece shortest match first", "wordpiece_encode", WORDPIECE,
+        wordpiece_with(search="for end in range(start + 1, len(word) + 1):"))
+variant(PS3, "WordPiece looks up continuations without ##", "wordpiece_encode", WORDPIECE,
+        wordpiece_with(lookup="word[start:end]"))
+variant(PS3, "WordPiece keeps the pieces found before the unknown one", "wordpiece_encode", {"test_wordpiece_unknown"},
+        wordpiece_with(unknown="pieces + [unk]"))
+variant(PS3, "WordPiece max_chars off by one", "wordpiece_encode", {"test_wordpiece_unknown"},
+        wordpiece_with(too_long=">="))
+variant(PS3, "WordPiece ignores the unk argument", "wordpiece_encode", {"test_wordpiece_unknown"},
+        wordpiece_with(unknown='["[UNK]"]', long='["[UNK]"]'))
+viterbi_with = template(PS3, "viterbi_segment", """
+def viterbi_segment(word, log_probs):
+    n = len(word)
+    longest = max(len(piece) for piece in log_probs)
+    best = [0.0] + [-np.inf] * n
+    back = [0] * (n + 1)
+    count = [0] * (n + 1)
+    for e in range(1, n + 1):
+        for s in range({first}, e):
+            piece = word[s:e]
+            if piece in log_probs:
+                score = best[s] + log_probs[piece]
+                if {better}:
+                    best[e], back[e], count[e] = score, s, count[s] + 1
+    pieces, e = [], n
+    while e > 0:
+        pieces.append(word[back[e]:e])
+        e = back[e]
+    return pieces{order}, float(best[n])
+""", first="max(0, e - longest)", better="score > best[e]", order="[::-1]")
+variant(PS3, "Viterbi ties to the shorter last piece", "viterbi_segment", {"test_viterbi_ties"},
+        viterbi_with(better="score >= best[e]"))
+variant(PS3, "Viterbi ties to fewer pieces", "viterbi_segment", {"test_viterbi_ties"},
+        viterbi_with(better="(score, -count[s] - 1) > (best[e], -count[e])"))
+variant(PS3, "Viterbi never uses a piece of the longest length (off by one)", "viterbi_segment", VITERBI,
+        viterbi_with(first="max(0, e - longest + 1)"))
+variant(PS3, "Viterbi pieces in reverse order", "viterbi_segment", VITERBI,
+        viterbi_with(order=""))
+variant(PS3, "greedy longest match instead of Viterbi", "viterbi_segment", VITERBI, """
+def viterbi_segment(word, log_probs):
+    pieces, start = [], 0
+    while start < len(word):
+        end = max(e for e in range(start + 1, len(word) + 1) if word[start:e] in log_probs)
+        pieces.append(word[start:end])
+        start = end
+    return pieces, float(sum(log_probs[p] for p in pieces))
+""")
+
+# ---------------------------------------------------------------------------------------------------------------
+# ps4-decoding
+# ---------------------------------------------------------------------------------------------------------------
+PS4 = "ps4-decoding"
+TOP_K = {"test_top_k_small", "test_top_k_batch"}
+CACHE = {"test_cache_first", "test_cache_steps"}
+
+variant(PS4, "top-k keeps exactly k entries (ties at the threshold dropped)", "top_k_filter", {"test_top_k_small"}, """
+def top_k_filter(logits, k):
+    logits = np.asarray(logits, dtype=float)
+    order = np.argsort(-logits, axis=-1, kind="stable")
+    keep = np.zeros(logits.shape, dtype=bool)
+    np.put_along_axis(keep, order[..., :k], True, axis=-1)
+    return np.where(keep, logits, -np.inf)
+""")
+top_k_with = template(PS4, "top_k_filter", """
+def top_k_filter(logits, k):
+    logits = np.asarray(logits, dtype=float)
+    {guard}
+    kth = {kth}
+    return np.where(logits {compare} kth, -np.inf, logits)
+""", guard="if k >= logits.shape[-1]:\n        return logits.copy()",
+    kth="np.sort(logits, axis=-1)[..., -k][..., None]", compare="<")
+variant(PS4, "top-k removes the k-th largest too (<= instead of <)", "top_k_filter", TOP_K,
+        top_k_with(compare="<="))
+variant(PS4, "top-k fails when k exceeds the vocabulary", "top_k_filter", {"test_top_k_batch"},
+        top_k_with(guard="pass"))
+variant(PS4, "top-k threshold over the whole batch", "top_k_filter", {"test_top_k_batch"},
+        top_k_with(kth="np.sort(logits, axis=None)[-k]"))
+top_p_with = template(PS4, "top_p_filter", """
+def top_p_filter(logits, p):
+    logits = np.asarray(logits, dtype=float)
+    {guard}
+    probs = np.exp(logits - logits.max(axis=-1, keepdims=True))
+    probs /= probs.sum(axis=-1, keepdims=True)
+    order = {order}
+    sorted_probs = np.take_along_axis(probs, order, axis=-1)
+    {before}
+    remove_sorted = before >= p
+    remove_sorted[..., 0] = False
+    remove = np.zeros_like(remove_sorted)
+    np.put_along_axis(remove, order, remove_sorted, axis=-1)
+    return np.where(remove, -np.inf, logits)
+""", guard="if p >= 1:\n        return logits.copy()", order='np.argsort(-probs, axis=-1, kind="stable")',
+    before="before = np.cumsum(sorted_probs, axis=-1) - sorted_probs")
+variant(PS4, "top-p drops the token that crosses p", "top_p_filter", {"test_top_p"},
+        top_p_with(before="before = np.cumsum(sorted_probs, axis=-1)"))
+variant(PS4, "top-p with p = 1 drops the negligible tail", "top_p_filter", {"test_top_p"},
+        top_p_with(guard="pass"))
+variant(PS4, "top-p breaks ties to the higher index", "top_p_filter", {"test_top_p"},
+        top_p_with(order='np.argsort(probs, axis=-1, kind="stable")[..., ::-1]'))
+variant(PS4, "top-p in index order, not sorted by probability", "top_p_filter", {"test_top_p"},
+        top_p_with(order="np.broadcast_to(np.arange(probs.shape[-1]), probs.shape)"))
+sample_with = template(PS4, "sample_with_temperature", """
+def sample_with_temperature(logits, temperature, u):
+    z = np.asarray(logits, dtype=float) {scale} temperature
+    probs = np.exp(z - z.max())
+    probs /= probs.sum()
+    return int(min(np.searchsorted(np.cumsum(probs), u, side="{side}"), len(probs) - 1))
+""", scale="/", side="right")
+variant(PS4, "sampling with searchsorted side='left'", "sample_with_temperature", {"test_sampling"},
+        sample_with(side="left"))
+variant(PS4, "sampling multiplies by the temperature", "sample_with_temperature", {"test_sampling"},
+        sample_with(scale="*"))
+variant(PS4, "sampling ignores the temperature", "sample_with_temperature", {"test_sampling"},
+        sample_with(scale="/ 1.0  #"))
+variant(PS4, "sampling returns the most probable token", "sample_with_temperature", {"test_sampling"}, """
+def sample_with_temperature(logits, temperature, u):
+    return int(np.argmax(logits))
+""")
+beam_with = template(PS4, "beam_search_step", """
+def beam_search_step(beams, scores, logprobs, beam_size):
+    n, V = logprobs.shape
+    total = {total}
+    best = {best}
+    beam_index, token = {decode}
+    new_beams = np.concatenate([beams[beam_index], token[:, None]], axis=1)
+    return new_beams, total[best]
+""", total="(scores[:, None] + logprobs).reshape(-1)", best='np.argsort(-total, kind="stable")[:beam_size]',
+    decode="np.divmod(best, V)")
+variant(PS4, "beam step breaks ties to the last extension", "beam_search_step", {"test_beam_step"},
+        beam_with(best='np.argsort(total, kind="stable")[::-1][:beam_size]'))
+variant(PS4, "beam step flattened token-major", "beam_search_step", {"test_beam_step"},
+        beam_with(total="(scores[:, None] + logprobs).T.reshape(-1)",
+                  decode="best % n, best // n"))
+variant(PS4, "beam step unflattens with the number of beams", "beam_search_step", {"test_beam_step"},
+        beam_with(decode="best % n, best // n"))
+variant(PS4, "beam step ranks by the new token's log-probability only", "beam_search_step", {"test_beam_step"},
+        beam_with(total="logprobs.reshape(-1)"))
+CACHE_APPEND = ("k_cache = np.concatenate([k_cache, k[None]], axis=0)\n"
+                "    v_cache = np.concatenate([v_cache, v[None]], axis=0)")
+CACHE_PREPEND = ("k_cache = np.concatenate([k[None], k_cache], axis=0)\n"
+                 "    v_cache = np.concatenate([v[None], v_cache], axis=0)")
+cache_with = template(PS4, "cached_attention_step", """
+def cached_attention_step(q, k, v, k_cache, v_cache):
+    {before}
+    scores = k_cache @ q{scale}
+    w = np.exp(scores - scores.max())
+    w /= w.sum()
+    out = w @ v_cache
+    {after}
+    return out, k_cache, v_cache
+""", before=CACHE_APPEND, scale=" / np.sqrt(q.shape[-1])", after="")
+variant(PS4, "cached attention without the 1/sqrt(d) scale", "cached_attention_step", {"test_cache_steps"},
+        cache_with(scale=""))
+variant(PS4, "cached attention scaled by 1/d", "cached_attention_step", {"test_cache_steps"},
+        cache_with(scale=" / q.shape[-1]"))
+variant(PS4, "cached attention drops the new key (appends it afterwards)", "cached_attention_step", CACHE,
+        cache_with(before="", after=CACHE_APPEND))
+variant(PS4, "cached attention prepends the new key", "cached_attention_step", {"test_cache_steps"},
+        cache_with(before=CACHE_PREPEND))
+variant(PS4, "cached attention returns the old caches", "cached_attention_step", CACHE, """
+def cached_attention_step(q, k, v, k_cache, v_cache):
+    keys = np.concatenate([k_cache, k[None]], axis=0)
+    values = np.concatenate([v_cache, v[None]], axis=0)
+    scores = keys @ q / np.sqrt(q.shape[-1])
+    w = np.exp(scores - scores.max())
+    return (w / w.sum()) @ values, k_cache, v_cache
+""")
+
+# ---------------------------------------------------------------------------------------------------------------
+# ps5-efficient
+# ---------------------------------------------------------------------------------------------------------------
+PS5 = "ps5-efficient"
+MERGE_ALL = {"test_merge_stats", "test_merge_extremes", "test_online_softmax", "test_online_softmax_extremes"}
+MERGE_EXTREMES = {"test_merge_extremes", "test_online_softmax_extremes"}
+ONLINE = {"test_online_softmax", "test_online_softmax_extremes"}
+TILED = {"test_tiled_full", "test_tiled_causal"}
+GQA = {"test_gqa", "test_gqa_causal"}
+DECODE = {"test_decode_step", "test_decode_chunks"}
+
+window_with = template(PS5, "sliding_window_mask", """
+def sliding_window_mask(T, w, causal=True):
+    i = np.arange(T)[:, None]
+    j = np.arange(T)[None, :]
+    if {causal}:
+        return {causal_mask}
+    return {bidirectional_mask}
+""", causal="causal", causal_mask="(i - j >= 0) & (i - j < w)", bidirectional_mask="np.abs(i - j) <= w // 2")
+variant(PS5, "causal window of w + 1 keys", "sliding_window_mask", {"test_window_causal"},
+        window_with(causal_mask="(i - j >= 0) & (i - j <= w)"))
+variant(PS5, "causal window transposed", "sliding_window_mask", {"test_window_causal"},
+        window_with(causal_mask="(j - i >= 0) & (j - i < w)"))
+variant(PS5, "bidirectional window of w keys ((w - 1) // 2 per side)", "sliding_window_mask",
+        {"test_window_bidirectional"}, window_with(bidirectional_mask="np.abs(i - j) <= (w - 1) // 2"))
+variant(PS5, "window ignores causal=False", "sliding_window_mask", {"test_window_bidirectional"},
+        window_with(causal="True"))
+variant(PS5, "window mask of integers", "sliding_window_mask", {"test_window_causal", "test_window_bidirectional"},
+        window_with(causal_mask="((i - j >= 0) & (i - j < w)).astype(int)",
+                    bidirectional_mask="(np.abs(i - j) <= w // 2).astype(int)"))
+merge_with = template(PS5, "merge_softmax_stats", """
+def merge_softmax_stats(m1, l1, m2, l2):
+    m1, l1, m2, l2 = (np.asarray(a, dtype=float) for a in (m1, l1, m2, l2))
+    m = np.maximum(m1, m2)
+    safe = {safe}
+    return m, {merged}
+""", safe="np.where(np.isfinite(m), m, 0.0)", merged="l1 * np.exp(m1 - safe) + l2 * np.exp(m2 - safe)")
+variant(PS5, "merge without rescaling the sums", "merge_softmax_stats", MERGE_ALL,
+        merge_with(merged="l1 + l2"))
+variant(PS5, "merge without a guard for empty blocks (nan)", "merge_softmax_stats", MERGE_EXTREMES,
+        merge_with(safe="m"))
+variant(PS5, "merge in absolute terms (overflows)", "merge_softmax_stats", MERGE_EXTREMES,
+        merge_with(merged="(l1 * np.exp(m1) + l2 * np.exp(m2)) / np.exp(safe)"))
+variant(PS5, "merge rescaling with the wrong sign", "merge_softmax_stats", MERGE_ALL,
+        merge_with(merged="l1 * np.exp(safe - m1) + l2 * np.exp(safe - m2)"))
+online_with = template(PS5, "online_softmax", """
+def online_softmax(x, block_size):
+    x = np.asarray(x, dtype=float)
+    m = np.full(x.shape[:-1], -np.inf)
+    l = np.zeros(x.shape[:-1])
+    m_run, l_run = [], []
+    for start in range(0, {stop}, block_size):
+        block = x[..., start:start + block_size]
+        m_block = block.max(axis=-1)
+        safe = {safe}
+        l_block = np.exp(block - safe[..., None]).sum(axis=-1)
+        m, l = merge_softmax_stats(m, l, m_block, l_block)
+        m_run.append(m)
+        l_run.append(l)
+    p = np.exp(x - m[..., None]) / l[..., None]
+    return {result}
+""", stop="x.shape[-1]", safe="np.where(np.isfinite(m_block), m_block, 0.0)",
+    result="p, np.stack(m_run, axis=-1), np.stack(l_run, axis=-1)")
+variant(PS5, "online softmax drops a shorter last block", "online_softmax", ONLINE,
+        online_with(stop="x.shape[-1] - block_size + 1"))
+variant(PS5, "online softmax returns only the final statistics", "online_softmax", ONLINE,
+        online_with(result="p, m, l"))
+variant(PS5, "online softmax without a guard for a masked block", "online_softmax", {"test_online_softmax_extremes"},
+        online_with(safe="m_block"))
+tiled_with = template(PS5, "tiled_attention", """
+def tiled_attention(q, k, v, block_size, is_causal=False):
+    t_q, d = q.shape[-2:]
+    t_k = k.shape[-2]
+    m = np.full(q.shape[:-1], {m0})
+    l = np.zeros(q.shape[:-1])
+    acc = np.zeros(q.shape[:-1] + (v.shape[-1],))
+    rows = np.arange(t_q)[:, None]
+    for start in range(0, {stop}, block_size):
+        stop = min(start + block_size, t_k)
+        s = q @ np.swapaxes(k[..., start:stop, :], -1, -2){scale}
+        if is_causal:
+            s = np.where({keys} <= rows, s, -np.inf)
+        m_new = {m_new}
+        safe = np.where(np.isfinite(m_new), m_new, 0.0)
+        p = np.exp(s - safe[..., None])
+        alpha = np.exp(m - safe)
+        l = alpha * l + p.sum(axis=-1)
+        acc = {acc} + p @ v[..., start:stop, :]
+        m = m_new
+    return acc / l[..., None], {lse}
+""", m0="-np.inf", stop="t_k", scale=" / np.sqrt(d)", keys="np.arange(start, stop)[None, :]",
+    m_new="np.maximum(m, s.max(axis=-1))", acc="alpha[..., None] * acc", lse="m + np.log(l)")
+variant(PS5, "tiled attention without rescaling the output", "tiled_attention", TILED,
+        tiled_with(acc="acc"))
+variant(PS5, "tiled attention returns the maximum as the log-sum-exp", "tiled_attention", TILED,
+        tiled_with(lse="m"))
+variant(PS5, "tiled attention with block-local key indices for the causal mask", "tiled_attention",
+        {"test_tiled_causal"}, tiled_with(keys="np.arange(stop - start)[None, :]"))
+variant(PS5, "tiled attention without a running maximum (overflows)", "tiled_attention", TILED,
+        tiled_with(m0="0.0", m_new="m"))
+variant(PS5, "tiled attention drops a shorter last block", "tiled_attention", TILED,
+        tiled_with(stop="t_k - block_size + 1"))
+variant(PS5, "tiled attention without the 1/sqrt(d) scale", "tiled_attention", TILED,
+        tiled_with(scale=""))
+variant(PS5, "grouped-query heads interleaved (h % H_kv, repeat instead of repeat_interleave)",
+        "grouped_query_attention", GQA, """
+def grouped_query_attention(q, k, v, is_causal=False):
+    H, H_kv = q.shape[1], k.shape[1]
+    t_q, t_k = q.shape[2], k.shape[2]
+    mask = np.tril(np.ones((t_q, t_k), dtype=bool)) if is_causal else None
+    return dense_attention(q, np.tile(k, (1, H // H_kv, 1, 1)), np.tile(v, (1, H // H_kv, 1, 1)), mask=mask)
+""")
+variant(PS5, "grouped-query attention ignores is_causal", "grouped_query_attention", {"test_gqa_causal"}, """
+def grouped_query_attention(q, k, v, is_causal=False):
+    g = q.shape[1] // k.shape[1]
+    return dense_attention(q, np.repeat(k, g, axis=1), np.repeat(v, g, axis=1))
+""")
+decode_with = template(PS5, "decode_step", """
+def decode_step(q, k_new, v_new, k_cache, v_cache):
+    k_cache = np.concatenate([k_cache, k_new], axis=2)
+    v_cache = np.concatenate([v_cache, v_new], axis=2)
+    B, H, t_new, d = q.shape
+    H_kv, t_all = k_cache.shape[1], k_cache.shape[2]
+    g = H // H_kv
+    mask = {mask}
+    keys, values = {kv}
+    out = dense_attention(q, keys, values, mask=mask)
+    return out, {caches}
+""", mask="np.arange(t_all)[None, :] <= np.arange(t_new)[:, None] + (t_all - t_new)",
+    kv="np.repeat(k_cache, g, axis=1), np.repeat(v_cache, g, axis=1)", caches="k_cache, v_cache")
+variant(PS5, "decoding with the top-left causal mask", "decode_step", DECODE,
+        decode_with(mask="np.arange(t_all)[None, :] <= np.arange(t_new)[:, None]"))
+variant(PS5, "decoding without a mask", "decode_step", {"test_decode_chunks"},
+        decode_with(mask="None"))
+variant(PS5, "decoding excludes the token's own position", "decode_step", DECODE,
+        decode_with(mask="np.arange(t_all)[None, :] < np.arange(t_new)[:, None] + (t_all - t_new)"))
+variant(PS5, "decoding caches the repeated key/value heads", "decode_step", DECODE,
+        decode_with(caches="keys, values"))
+variant(PS5, "decoding with interleaved key/value heads", "decode_step", DECODE,
+        decode_with(kv="np.tile(k_cache, (1, g, 1, 1)), np.tile(v_cache, (1, g, 1, 1))"))
+
+# ---------------------------------------------------------------------------------------------------------------
+# ps6-scaling
+# ---------------------------------------------------------------------------------------------------------------
+PS6 = "ps6-scaling"
+POWER_LAW = {"test_power_law_exact", "test_power_law_noisy"}
+OPTIMAL = {"test_optimal_closed_form", "test_optimal_brute_force"}
+
+power_law_with = template(PS6, "fit_power_law", """
+def fit_power_law(x, y):
+    u = np.{log}(np.asarray(x, dtype=float))
+    v = np.{log}(np.asarray(y, dtype=float))
+    du = u - u.mean()
+    b = np.sum(du * (v - v.mean())) / np.sum(du**2)
+    log_a = v.mean() - b * u.mean()
+    return {result}
+""", log="log", result="float(np.exp(log_a)), float(b)")
+variant(PS6, "power law: the prefactor as a mean in linear space", "fit_power_law", {"test_power_law_noisy"},
+        power_law_with(result="float(np.mean(y / x**b)), float(b)"))
+variant(PS6, "power law: log10 with exp", "fit_power_law", POWER_LAW, power_law_with(log="log10"))
+variant(PS6, "power law returns log a", "fit_power_law", POWER_LAW,
+        power_law_with(result="float(log_a), float(b)"))
+variant(PS6, "power law: log x regressed on log y", "fit_power_law", {"test_power_law_noisy"}, """
+def fit_power_law(x, y):
+    u, v = np.log(np.asarray(x, dtype=float)), np.log(np.asarray(y, dtype=float))
+    dv = v - v.mean()
+    b = np.sum(dv**2) / np.sum(dv * (u - u.mean()))
+    return float(np.exp(v.mean() - b * u.mean())), float(b)
+""")
+variant(PS6, "training compute 2ND (the forward pass only)", "training_flops", {"test_training_flops"}, """
+def training_flops(N, D):
+    return 2.0 * np.asarray(N, dtype=float) * np.asarray(D, dtype=float)
+""")
+optimal_with = template(PS6, "compute_optimal", """
+def compute_optimal(C, E=1.69, A=406.4, B=410.7, alpha=0.34, beta=0.28):
+    budget = np.asarray(C, dtype=float) / {six}
+    G = {G}
+    N_opt = G * budget ** ({exponent} / (alpha + beta))
+    return N_opt, budget / N_opt
+""", six="6.0", G="(alpha * A / (beta * B)) ** (1.0 / (alpha + beta))", exponent="beta")
+variant(PS6, "compute-optimal exponents swapped", "compute_optimal", OPTIMAL,
+        optimal_with(exponent="alpha"))
+variant(PS6, "compute-optimal without the 6", "compute_optimal", OPTIMAL, optimal_with(six="1.0"))
+variant(PS6, "compute-optimal constant without the exponents (A/B only)", "compute_optimal", OPTIMAL,
+        optimal_with(G="(A / B) ** (1.0 / (alpha + beta))"))
+objective_with = template(PS6, "chinchilla_objective", """
+def chinchilla_objective(params, N, D, loss, delta=1e-3):
+    pred = chinchilla_loss(N, D, params["E"], params["A"], params["B"], params["alpha"], params["beta"])
+    r = {residual}
+    huber = {huber}
+    return float(np.{total}(huber))
+""", residual="np.log(pred) - np.log(np.asarray(loss, dtype=float))", total="sum",
+    huber="np.where(np.abs(r) <= delta, 0.5 * r**2, delta * (np.abs(r) - 0.5 * delta))")
+variant(PS6, "objective: least squares instead of Huber", "chinchilla_objective", {"test_objective"},
+        objective_with(huber="0.5 * r**2"))
+variant(PS6, "objective: a mean instead of a sum", "chinchilla_objective", {"test_objective"},
+        objective_with(total="mean"))
+variant(PS6, "objective: residuals of the losses, not of their logarithms", "chinchilla_objective", {"test_objective"},
+        objective_with(residual="pred - np.asarray(loss, dtype=float)"))
+variant(PS6, "objective: Huber without the -delta/2", "chinchilla_objective", {"test_objective"},
+        objective_with(huber="np.where(np.abs(r) <= delta, 0.5 * r**2, delta * np.abs(r))"))
+variant(PS6, "objective ignores delta", "chinchilla_objective", {"test_objective"},
+        objective_with(huber="np.where(np.abs(r) <= 1e-3, 0.5 * r**2, 1e-3 * (np.abs(r) - 0.5e-3))"))
+variant(PS6, "Chinchilla fit by least squares (no Huber loss)", "chinchilla_fit", {"test_fit_noisy"},
+        solution_sources(PS6, "ps6-scaling.ipynb")["chinchilla_fit"].replace(
+            "def chinchilla_fit(N, D, loss, delta=1e-3):", "def chinchilla_fit(N, D, loss, delta=1.0):"))
+
+# ---------------------------------------------------------------------------------------------------------------
+# The in-process harness
+# ---------------------------------------------------------------------------------------------------------------
+# The Chinchilla fit's reference (4500 L-BFGS starts) takes about a second per case: three seeds for those checks.
+SEEDS_OF = {"test_fit_exact": range(3), "test_fit_noisy": range(3)}
+
+
+def _notebook_name(assignment: str) -> str:
+    return assignments.load(assignment).NOTEBOOK
+
+
+def _notebook(assignment: str, v: Variant | None = None) -> nbformat.NotebookNode:
+    """The release notebook with the solution in every answer cell, and the variant in its cell."""
+    return submission(assignment, _notebook_name(assignment), answers=None if v is None else {v.cell: v.source})
+
+
+def _test_cells(assignment: str) -> dict[str, str]:
+    """grade_id -> source of every test cell of the release (the visible tests, without the hidden part)."""
+    release, _ = release_template(assignment)
+    return {item.grade_id: item.source for item in release.auto_items}
+
+
+def _namespace(assignment: str, v: Variant | None = None) -> dict:
+    """The notebook's namespace after running every cell except the test cells (as phase 1 does before it
+    replaces them), with the variant in its answer cell."""
+    tests = _test_cells(assignment)
+    ns = {"__name__": "__main__"}
+    with contextlib.redirect_stdout(io.StringIO()):
+        for cell in _notebook(assignment, v).cells:
+            gid = cell.metadata.get("nbgrader", {}).get("grade_id")
+            if cell.cell_type == "code" and gid not in tests:
+                exec(compile(cell.source, f"<{assignment}: cell {gid}>", "exec"), ns)  # noqa: S102 - our notebooks
+    return ns
+
+
+def _judge(check, expected_all: list, folder: Path) -> bool:
+    """Whether the outputs ``capture`` wrote in ``folder`` pass, by the grader's rule (see checks.judge)."""
+    for i, expected in enumerate(expected_all):
+        if (folder / f"case{i}.error.txt").exists():
+            return False
+        if check.output == "data":
+            out = folder / f"case{i}_out.json"
+            if not out.exists() or compare_data(capture.from_data(json.loads(out.read_text())), expected, "",
+                                                check.rtol, check.atol):
+                return False
+            continue
+        expected = expected if isinstance(expected, tuple) else (expected,)
+        for j, exp in enumerate(expected):
+            out = folder / f"case{i}_out{j}.npy"
+            got = parse_npy(out.read_bytes()) if out.exists() else None
+            if got is None or compare_arrays(got, np.asarray(exp), "", check.rtol, check.atol):
+                return False
+        if (folder / f"case{i}_out{len(expected)}.npy").exists():
+            return False
+    return True
+
+
+class Harness:
+    """The hidden checks of an assignment, run in-process. The inputs of a seed are those the grader draws with
+    ``--seed SEED`` for the solved notebook (``_case_rng(seed, digest, grade_id)``), shared by all variants so that
+    the references are computed once; the command-line test below uses each notebook's own digest."""
+
+    def __init__(self, assignment: str, folder: Path):
+        self.assignment, self.folder = assignment, folder
+        self.module = assignments.load(assignment)
+        release, _ = release_template(assignment)
+        self.digest = _code_digest(prepare(_notebook(assignment), release).notebook)
+        self.inputs: dict[tuple[int, str], list] = {}
+        self.runs = 0
+
+    def graded(self, seed: int) -> list[str]:
+        return [gid for gid in self.module.CHECKS if seed in SEEDS_OF.get(gid, SEEDS)]
+
+    def expected(self, seed: int, gid: str) -> list:
+        """The reference's answers for a check under a seed; the inputs are written once, where capture reads them."""
+        if (seed, gid) not in self.inputs:
+            check = self.module.CHECKS[gid]
+            cases = check.cases(_case_rng(seed, self.digest, gid))
+            expected = expected_results(check, cases, self.module.TRUSTED_CALLABLES)
+            write_inputs(gid, check, cases, expected, self.folder / f"inputs-{seed}")
+            self.inputs[seed, gid] = expected
+        return self.inputs[seed, gid]
+
+    def lost(self, ns: dict, seed: int) -> set[str]:
+        """The test cells (of those graded under this seed) that the functions of ``ns`` lose."""
+        lost = set()
+        for gid in self.graded(seed):
+            expected = self.expected(seed, gid)
+            self.runs += 1
+            outputs = self.folder / f"outputs-{self.runs}"
+            capture.capture(gid, namespace=ns, inputs=str(self.folder / f"inputs-{seed}"), outputs=str(outputs))
+            if not _judge(self.module.CHECKS[gid], expected, outputs / gid):
+                lost.add(gid)
+            shutil.rmtree(outputs)
+        return lost
+
+
+@pytest.fixture(scope="module")
+def harnesses(tmp_path_factory):
+    made = {}
+
+    def get(assignment):
+        if assignment not in made:
+            made[assignment] = Harness(assignment, tmp_path_factory.mktemp(assignment))
+        return made[assignment]
+
+    return get
+
+
+ALL = [(a, v) for a, vs in VARIANTS.items() for v in vs]
+IDS = [f"{a.split('-')[0]}: {v.name}" for a, v in ALL]
+
+
+@pytest.mark.parametrize("assignment,cell,fill", TEMPLATES, ids=[f"{a.split('-')[0]}: {c}" for a, c, _ in TEMPLATES])
+def test_a_template_filled_with_its_right_parts_is_a_correct_answer(assignment, cell, fill, harnesses):
+    """The variants built from a template differ from a correct answer only in the parts they name."""
+    ns = _namespace(assignment, Variant("right", cell, frozenset(), fill()))
+    assert harnesses(assignment).lost(ns, 0) == set()
+    assert _visible_failures(assignment, ns, _test_cells(assignment)) == {}
+
+
+def test_every_assignment_and_graded_function_has_wrong_variants():
+    for assignment, variants in VARIANTS.items():
+        functions = {check.function for check in assignments.load(assignment).CHECKS.values()} - {"fitted_losses"}
+        assert functions <= {v.cell for v in variants}, (assignment, functions - {v.cell for v in variants})
+        names = [v.name for v in variants]
+        assert len(names) == len(set(names)), assignment
+
+
+@pytest.mark.parametrize("assignment", sorted(assignments.ASSIGNMENTS))
+def test_the_solution_loses_nothing(assignment, harnesses):
+    harness = harnesses(assignment)
+    ns = _namespace(assignment)
+    for seed in SEEDS:
+        assert harness.lost(ns, seed) == set(), f"--seed {seed}"
+
+
+@pytest.mark.parametrize("assignment,v", ALL, ids=IDS)
+def test_a_wrong_variant_loses_exactly_its_cells_under_every_seed(assignment, v, harnesses):
+    harness = harnesses(assignment)
+    assert v.loses and v.loses <= set(harness.module.CHECKS), v.loses
+    ns = _namespace(assignment, v)
+    for seed in SEEDS:
+        lost, expected = harness.lost(ns, seed), v.loses & set(harness.graded(seed))
+        assert lost == expected, (f"--seed {seed}: loses {sorted(lost)}; expected exactly {sorted(expected)} "
+                                  f"(missing {sorted(expected - lost)}, extra {sorted(lost - expected)})")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Visible tests
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def _visible_failures(assignment: str, ns: dict, gids) -> dict[str, str]:
+    """grade_id -> "ExceptionName: message" for each of these visible test cells that fails, each run alone (in a
+    copy of the namespace) in notebook order."""
+    failures = {}
+    for gid, source in _test_cells(assignment).items():
+        if gid in gids:
+            try:
+                with contextlib.redirect_stdout(io.StringIO()):
+                    exec(compile(source, f"<{assignment}: test cell {gid}>", "exec"), dict(ns))  # noqa: S102
+            except Exception as err:  # noqa: BLE001 - any failure of a test cell counts
+                failures[gid] = f"{type(err).__name__}: {err}"
+    return failures
+
+
+def _own_cells(assignment: str, v: Variant) -> set[str]:
+    """The test cells of the variant's function (for chinchilla_fit, those of fitted_losses, which calls it)."""
+    checks = assignments.load(assignment).CHECKS
+    own = {gid for gid, check in checks.items() if check.function == v.cell}
+    return own or set(v.loses)
+
+
+@pytest.mark.parametrize("assignment", sorted(assignments.ASSIGNMENTS))
+def test_the_solution_passes_every_visible_test_in_process(assignment):
+    assert _visible_failures(assignment, _namespace(assignment), _test_cells(assignment)) == {}
+
+
+@pytest.mark.parametrize("assignment,v", ALL, ids=IDS)
+def test_a_wrong_variant_fails_a_visible_test_of_its_function(assignment, v):
+    ns = _namespace(assignment, v)
+    own = _own_cells(assignment, v)
+    assert _visible_failures(assignment, ns, own), f"{v.name} passes every visible test of {v.cell}: {sorted(own)}"
+
+
+DEPENDENT = [(a, v) for a, v in ALL
+             if any(v.cell in check.depends_on for check in assignments.load(a).CHECKS.values())]
+
+
+@pytest.mark.parametrize("assignment,v", DEPENDENT, ids=[f"{a.split('-')[0]}: {v.name}" for a, v in DEPENDENT])
+def test_visible_tests_of_callers_fail_when_hidden_ones_do_and_name_the_broken_function(assignment, v):
+    """A function that calls the broken one (multi-head attention calls softmax): its visible tests fail exactly
+    when its hidden cells are lost, and then say first that the broken function is to blame."""
+    checks = assignments.load(assignment).CHECKS
+    ns = _namespace(assignment, v)
+    callers = {check.function for check in checks.values() if v.cell in check.depends_on}
+    for caller in sorted(callers):
+        cells = {gid for gid, check in checks.items() if check.function == caller}
+        failures = _visible_failures(assignment, ns, cells)
+        hidden_lost = bool(cells & v.loses)
+        assert bool(failures) == hidden_lost, (caller, failures, sorted(cells & v.loses))
+        for gid, message in failures.items():
+            assert message.startswith("AssertionError: ") and f"{caller} uses your {v.cell}, which" in message, \
+                (gid, message)
+            assert f"fix {v.cell} first" in message, (gid, message)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The real command line: the same notebook under 20 names, one row each, identical
+# ---------------------------------------------------------------------------------------------------------------
+# Each run grades 20 notebooks in the sandbox with two workers: about 5 s, and 20 s for ps6 (the grader computes
+# the reference fit for every copy).
+CLI_VARIANTS = {
+    "ps1-attention": "equivariance error without abs",
+    "ps2-positions": "T5: max_distance fixed at 128",
+    "ps3-tokenizers": "Viterbi ties to fewer pieces",
+    "ps4-decoding": "top-k keeps exactly k entries (ties at the threshold dropped)",
+    "ps5-efficient": "online softmax drops a shorter last block",
+    "ps6-scaling": "objective: least squares instead of Huber",
+}
+
+
+@pytest.mark.skipif(not bubblewrap_available(), reason="bubblewrap (Debian package) is not installed")
+@pytest.mark.parametrize("assignment", sorted(CLI_VARIANTS))
+def test_twenty_copies_get_identical_rows_through_the_command_line(assignment, tmp_path):
+    v = next(v for v in VARIANTS[assignment] if v.name == CLI_VARIANTS[assignment])
+    nb = _notebook(assignment, v)
+    subs = tmp_path / "subs"
+    for i in range(20):
+        write(nb, subs / f"student{i:02d}", _notebook_name(assignment))
+    out = tmp_path / "out"
+    assert grader_main(["grade", assignment, str(subs), "--out", str(out), "--workers", "2", "--timeout", "20"]) == 0
+    with open(out / "grades.csv", newline="", encoding="utf-8") as f:
+        rows = list(csv.DictReader(f))
+    assert len(rows) == 20
+    drop = ("student", "seconds", "cpu_seconds")
+    same = [{k: val for k, val in row.items() if k not in drop} for row in rows]
+    assert all(row == same[0] for row in same), same
+    assert same[0]["status"] == "graded", same[0]
+    lost = {gid for gid in assignments.load(assignment).CHECKS if float(same[0][gid]) == 0}
+    assert lost == v.loses, (sorted(lost), sorted(v.loses))
