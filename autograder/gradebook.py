@@ -17,6 +17,8 @@ Example::
 from __future__ import annotations
 
 import copy
+import os
+import sys
 from pathlib import Path
 
 import nbformat
@@ -44,6 +46,11 @@ def record(path: Path, assignment: str, notebook: str, template, results, releas
     into ``autograded/`` beside it."""
     from nbgrader.api import Gradebook, MissingEntry
 
+    # nbgrader creates a new database by running the `alembic` command, which lives beside this interpreter
+    # (the venv's bin/), not necessarily on the instructor's PATH.
+    bin_dir = str(Path(sys.executable).parent)
+    if bin_dir not in os.environ.get("PATH", "").split(os.pathsep):
+        os.environ["PATH"] = bin_dir + os.pathsep + os.environ.get("PATH", "")
     path.parent.mkdir(parents=True, exist_ok=True)
     name = Path(notebook).stem
     with Gradebook(f"sqlite:///{path.resolve()}") as gradebook:
