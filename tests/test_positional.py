@@ -94,6 +94,20 @@ def test_rope_in_attention_rotates_q_and_k_only_and_is_shift_invariant():
     torch.testing.assert_close(mha(x, is_causal=True, positions=torch.arange(5) + 37), expected)
 
 
+
+def test_rope_in_attention_with_per_row_positions_equals_each_row_alone():
+    """(B, T) positions rotate each batch row by its own positions: the same as attending row by row with (T,)
+    positions. B equals the number of heads here, the shape at which (B, T) used to broadcast over the heads."""
+    torch.manual_seed(0)
+    mha = MultiHeadAttention(16, 2, pos_encoding="rope").double()
+    x = torch.randn(2, 5, 16, dtype=torch.float64)
+    positions = torch.tensor([[0, 1, 2, 3, 4], [7, 9, 10, 11, 20]])
+    rows = [mha(x[b : b + 1], is_causal=True, positions=positions[b]) for b in range(2)]
+    torch.testing.assert_close(mha(x, is_causal=True, positions=positions), torch.cat(rows))
+    assert not torch.allclose(rows[1], mha(x[1:2], is_causal=True))  # the positions did matter
+    with pytest.raises(ValueError, match=r"positions has shape \(2, 2, 5\): expected \(5,\) .* or \(2, 5\)"):
+        mha(x, positions=torch.zeros(2, 2, 5, dtype=torch.long))
+
 # --- T5 ---------------------------------------------------------------------------------------------------
 
 

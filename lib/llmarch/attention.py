@@ -231,12 +231,19 @@ class MultiHeadAttention(nn.Module):
         return q, k, v
 
     def rotate_qk(self, q, k, positions=None, past: int = 0):
-        """RoPE (when ``pos_encoding == "rope"``) on per-head q, k of the new tokens, at ``positions``
-        (long ``(T_new,)``, default ``past .. past + T_new - 1``); other encodings return q, k unchanged."""
+        """RoPE (when ``pos_encoding == "rope"``) on per-head q, k ``(B, H, T_new, d_head)`` of the new tokens, at
+        ``positions``: ``(T_new,)`` for every row, or ``(B, T_new)`` per row (default ``past .. past + T_new - 1``);
+        other encodings return q, k unchanged."""
         if self.pos_encoding != "rope":
             return q, k
         if positions is None:
             positions = torch.arange(past, past + q.shape[-2], device=q.device)
+        batch, t_new = q.shape[0], q.shape[-2]
+        if tuple(positions.shape) not in ((t_new,), (batch, t_new)):
+            raise ValueError(f"positions has shape {shape_str(positions.shape)}: expected ({t_new},) for every row "
+                             f"or ({batch}, {t_new}) for each row of the batch")
+        if positions.dim() == 2:
+            positions = positions[:, None, :]  # (B, 1, T): the same positions for every head of a row
         return apply_rope(q, positions, self.rope_base), apply_rope(k, positions, self.rope_base)
 
     def position_bias(self, t_q: int, t_k: int, bias=None, like: torch.Tensor | None = None):
@@ -281,7 +288,7 @@ class MultiHeadAttention(nn.Module):
 
         ``mask`` broadcasts to ``(B, H, T_q, T_k)``; a 3-d mask ``(B, T_q, T_k)`` applies to every head.
         ``bias`` is added to the scores (shape broadcastable to ``(B, H, T_q, T_k)``).
-        ``positions`` (long ``(T_q,)``) are the positions RoPE uses for the new tokens.
+        ``positions`` (long ``(T_q,)``, or ``(B, T_q)`` per row) are the positions RoPE uses for the new tokens.
         ``kv_cache`` (a ``llmarch.efficient.LayerKVCache``): the keys and values of earlier tokens are
         reused and these tokens' are appended; the new queries are the last positions, so ``is_causal``
         lets them see every cached key. ``return_weights=True`` also returns the weights ``(B, H, T_q, T_k)``.
