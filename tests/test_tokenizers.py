@@ -645,6 +645,19 @@ def test_wordpiece_pretokenization_and_decode():
     assert tok.tokenize("world") == ["[UNK]"]
 
 
+def test_wordpiece_cleans_text_as_bert_does():
+    """BERT's basic tokenizer (Devlin et al.'s tokenization.py, _clean_text and _is_whitespace/_is_control) removes
+    NUL, U+FFFD and control characters and treats only space, tab, newline, carriage return and the Zs category as
+    whitespace. Worked examples of each rule, including two where Python's str.isspace disagrees with BERT:
+    U+001C (a control character: removed, the word stays whole) and U+2028 (category Zl: part of the word)."""
+    tok = WordPieceTokenizer(["[UNK]", "hello", "world", "a", "b", "c", "d", "ab"])
+    assert tok.tokenize("hel\x00lo\ufffd wor\x07ld") == ["hello", "world"]
+    assert tok.tokenize("a\tb\nc\rd") == ["a", "b", "c", "d"]
+    assert tok.tokenize("a\u00a0b") == ["a", "b"]  # no-break space, Zs: whitespace
+    assert tok.tokenize("a\u200bb") == ["ab"]  # zero-width space, Cf: removed
+    assert tok.tokenize("a\x1cb") == ["ab"]  # Python calls it whitespace; BERT removes it
+    assert tok.tokenize("a\u2028b") == ["[UNK]"]  # Python calls it whitespace; for BERT it is a letter of the word
+
 def test_wordpiece_special_tokens_are_never_split():
     tok = WordPieceTokenizer().train(HF_COURSE_WORDS, 20, special_tokens=["[PAD]", "[CLS]", "[SEP]"])
     assert list(tok.vocab)[:4] == ["[UNK]", "[PAD]", "[CLS]", "[SEP]"]  # unk_token is added first

@@ -760,14 +760,33 @@ def _is_cjk(ch: str) -> bool:
     )
 
 
+def _bert_is_whitespace(ch: str) -> bool:
+    """BERT's whitespace: space, tab, newline, carriage return and the Unicode space separators (``Zs``)."""
+    return ch in " \t\n\r" or unicodedata.category(ch) == "Zs"
+
+
+def _bert_clean(text: str) -> str:
+    """BERT's text cleaning: NUL, U+FFFD and control characters (category ``C*``, except tab, newline and
+    carriage return, which are whitespace) are removed, and every whitespace character becomes a space.
+    ``_bert_clean("a\x00b\tc\u200bd")`` -> ``"ab cd"`` (U+200B is a format character, ``Cf``)."""
+    kept = []
+    for ch in text:
+        if ch in ("\x00", "\ufffd") or (ch not in "\t\n\r" and unicodedata.category(ch).startswith("C")):
+            continue
+        kept.append(" " if _bert_is_whitespace(ch) else ch)
+    return "".join(kept)
+
+
 def _bert_pretokenize(text: str, lowercase: bool) -> list[str]:
-    """BERT's basic tokenizer: split on whitespace, every punctuation mark and CJK character is its own word."""
+    """BERT's basic tokenizer: clean the text (:func:`_bert_clean`), then split on whitespace; every
+    punctuation mark and CJK character is its own word."""
+    text = _bert_clean(text)
     if lowercase:
         text = unicodedata.normalize("NFD", text.lower())
         text = "".join(ch for ch in text if unicodedata.category(ch) != "Mn")  # strip accents, as uncased BERT
     words, buf = [], []
     for ch in text:
-        if ch.isspace():
+        if ch == " ":  # after cleaning, the only whitespace left
             if buf:
                 words.append("".join(buf))
                 buf = []
