@@ -255,7 +255,7 @@ def run_phase1(assignment: str, student: str, loaded: Loaded, options: Options) 
         result = _phase1(assignment, student, loaded, options)
     except Exception as err:  # noqa: BLE001 - one submission's failure must not stop the others
         traceback.print_exc(file=sys.stderr)
-        result = Phase1Result(student, "grader-error", f"the grader failed: {type(err).__name__}: {str(err)[:300]}")
+        result = Phase1Result(student, "grader-error", _failure_detail(err))
     result.seconds = time.monotonic() - started
     return result
 
@@ -308,8 +308,7 @@ def run_phase2(assignment: str, phase1: Phase1Result, options: Options) -> Submi
         result = _phase2(assignment, phase1, options)
     except Exception as err:  # noqa: BLE001 - one submission's failure must not stop the others
         traceback.print_exc(file=sys.stderr)
-        result = SubmissionResult(phase1.student, "grader-error",
-                                  f"the grader failed: {type(err).__name__}: {str(err)[:300]}")
+        result = SubmissionResult(phase1.student, "grader-error", _failure_detail(err))
     result.seconds = phase1.seconds + time.monotonic() - started
     return result
 
@@ -376,14 +375,15 @@ def grade_one(assignment: str, student: str, submission: Submission, options: Op
     try:
         loaded = load(submission, release_template(assignment)[1])
     except Exception as err:  # noqa: BLE001 - e.g. the folder vanished while the run went on
-        loaded = Loaded(status="grader-error", detail=f"the grader could not read it: {type(err).__name__}: {err}")
+        loaded = Loaded(status="grader-error", detail=_failure_detail(err))
     return run_phase2(assignment, run_phase1(assignment, student, loaded, options), options)
 
 
-def _worker_failure(student: str, err: BaseException) -> SubmissionResult:
+def _failure_detail(err: BaseException) -> str:
+    """The detail of a ``grader-error``: what failed in the grader itself."""
     if isinstance(err, BrokenProcessPool):
-        return SubmissionResult(student, "grader-error", f"the grading worker process died: {err}")
-    return SubmissionResult(student, "grader-error", f"the grader failed: {type(err).__name__}: {str(err)[:300]}")
+        return f"the grading worker process died: {err}"
+    return f"the grader failed: {type(err).__name__}: {str(err)[:300]}"
 
 
 def grade_all(assignment: str, submissions: dict[str, Submission], options: Options, workers: int,
@@ -408,7 +408,7 @@ def grade_all(assignment: str, submissions: dict[str, Submission], options: Opti
                 try:
                     results[student] = future.result()
                 except Exception as err:  # noqa: BLE001 - e.g. a result that could not be sent back
-                    results[student] = _worker_failure(student, err)
+                    results[student] = SubmissionResult(student, "grader-error", _failure_detail(err))
                 progress(len(results), len(submissions), student)
     return [results[s] for s in sorted(results)]
 
@@ -431,6 +431,6 @@ def _grade_on_cluster(assignment: str, submissions: dict[str, Submission], optio
             try:
                 results[student] = run_phase2(assignment, future.result(), options)
             except Exception as err:  # noqa: BLE001 - a worker that died, a result that could not be sent back
-                results[student] = _worker_failure(student, err)
+                results[student] = SubmissionResult(student, "grader-error", _failure_detail(err))
             progress(len(results), len(submissions), student)
     return results

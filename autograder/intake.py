@@ -19,12 +19,12 @@ from __future__ import annotations
 import hashlib
 import os
 import re
-import stat
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from autograder.notebooks import InvalidNotebook
+from autograder.sandbox import read_result_file
 
 MAX_ZIP_BYTES = 50 * 2**20  # a submitted zip, and the notebook inside it
 MAX_SIBLING_BYTES = 10 * 2**20  # files beside the notebook (helpers, data) brought along, in total
@@ -177,19 +177,6 @@ def _read_from_zip(path: Path, notebook: str) -> Loaded:
         raise InvalidNotebook(f"{path.name} is not a readable zip file ({type(err).__name__}: {str(err)[:200]})") from None
 
 
-def _read_regular_file(directory_fd: int, name: str, limit: int) -> bytes | None:
-    """A regular file's bytes, opened without following links; None for anything else or if over ``limit``."""
-    try:
-        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=directory_fd)
-    except OSError:
-        return None
-    with os.fdopen(fd, "rb") as f:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return None
-        data = f.read(limit + 1)
-    return data if len(data) <= limit else None
-
-
 def _read_from_folder(path: Path, notebook: str) -> Loaded:
     """Like ``_read_from_zip`` for a folder: symbolic links (to files or folders) are never followed."""
     candidates = []
@@ -205,28 +192,20 @@ def _read_from_folder(path: Path, notebook: str) -> Loaded:
             raise InvalidNotebook(f"{linked[0].relative_to(path)} is a symbolic link; the grader never follows links")
         return Loaded(status="missing", detail=_missing(notebook, real))
     candidate = path / chosen
-    directory_fd = os.open(candidate.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
-    try:
-        data = _read_regular_file(directory_fd, candidate.name, MAX_ZIP_BYTES)
-        if data is None:
-            raise InvalidNotebook(f"{chosen} is not a regular file of at most {MAX_ZIP_BYTES // 2**20} MB")
-        siblings = {}
-        for entry in sorted(os.scandir(directory_fd), key=lambda e: e.name)[: MAX_SIBLING_FILES + 1]:
-            if entry.name != candidate.name and entry.is_file(follow_symlinks=False):
-                content = _read_regular_file(directory_fd, entry.name, MAX_SIBLING_BYTES)
-                if content is not None:
-                    siblings[entry.name] = content
-        return Loaded(data, siblings, notes)
-    finally:
-        os.close(directory_fd)
+    data = read_result_file(candidate.parent, candidate.name, MAX_ZIP_BYTES)  # no links followed, bounded
+    if data is None:
+        raise InvalidNotebook(f"{chosen} is not a regular file of at most {MAX_ZIP_BYTES // 2**20} MB")
+    siblings = {}
+    for entry in sorted(os.scandir(candidate.parent), key=lambda e: e.name)[: MAX_SIBLING_FILES + 1]:
+        if entry.name != candidate.name and entry.is_file(follow_symlinks=False):
+            content = read_result_file(candidate.parent, entry.name, MAX_SIBLING_BYTES)
+            if content is not None:
+                siblings[entry.name] = content
+    return Loaded(data, siblings, notes)
 
 
 def _read_canvas_file(path: Path, notebook: str) -> Loaded:
-    directory_fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        data = _read_regular_file(directory_fd, path.name, MAX_ZIP_BYTES)
-    finally:
-        os.close(directory_fd)
+    data = read_result_file(path.parent, path.name, MAX_ZIP_BYTES)
     if data is None:
         raise InvalidNotebook(f"{path.name} is not a regular file of at most {MAX_ZIP_BYTES // 2**20} MB")
     return Loaded(data, {}, [f"graded the Canvas file {path.name}"])
