@@ -14,6 +14,7 @@ DEB_PKGS := chromium bubblewrap fonts-dejavu-core
 
 PY_STAMP    := $(VENV)/.installed
 BENCH_STAMP := $(VENV)/.installed-bench
+TEST_STAMP  := $(VENV)/.installed-test
 DEB_STAMP   := $(VENV)/.system-packages
 NPM_STAMP   := node_modules/.installed
 MATHJAX     := _build/assets/mathjax/tex-chtml.js
@@ -45,6 +46,11 @@ $(BENCH_STAMP): $(PY_STAMP)
 	$(PY) -m pip install --quiet -e '.[bench]'
 	touch $@
 
+# transformers is the test oracle (tests/test_hf_equivalence.py and others); only the tests need it.
+$(TEST_STAMP): $(PY_STAMP)
+	$(PY) -m pip install --quiet -e '.[test]'
+	touch $@
+
 $(DEB_STAMP): | $(VENV)/bin/python
 	@missing=""; for p in $(DEB_PKGS); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
 	if [ -n "$$missing" ]; then \
@@ -67,10 +73,10 @@ book: setup
 	set -o pipefail; $(VENV)/bin/jupyter-book build . --builder html -W -n --keep-going 2>&1 | tee _build/book-build.log
 	@echo "The book is at file://$(CURDIR)/_build/html/index.html"
 
-test: book
+test: book $(TEST_STAMP)
 	$(PY) -m pytest
 
-test-lib: $(PY_STAMP)
+test-lib: $(TEST_STAMP)
 	$(PY) -m pytest tests --ignore=tests/test_book.py
 
 lab: setup

@@ -42,12 +42,12 @@ def _book() -> dict[str, tuple[str, set[str]]]:
 def _references() -> list[tuple[str, str, str | None, str | None]]:
     """(where, chapter, file or None, section or None) for every `Book:` pointer in llmarch's docstrings."""
     found = []
-    for source in sorted((ROOT / "lib" / "llmarch").glob("*.py")):
+    for source in sorted((ROOT / "lib" / "llmarch").rglob("*.py")):
         for node in ast.walk(ast.parse(source.read_text(encoding="utf-8"))):
             if not isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
                 continue
             doc = " ".join((ast.get_docstring(node) or "").split())
-            where = f"{source.name}:{getattr(node, 'name', '<module>')}"
+            where = f"{source.relative_to(ROOT / 'lib' / 'llmarch')}:{getattr(node, 'name', '<module>')}"
             for match in re.finditer(CHAPTER + SECTIONS, doc):
                 chapter, file, sections = match.groups()
                 names = re.findall(r'"([^"]+)"', sections or "") or [None]

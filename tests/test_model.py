@@ -59,7 +59,7 @@ def test_gpt_logits_shape_and_tied_head():
     model = GPT(small_config())
     assert model(torch.zeros(3, 5, dtype=torch.long)).shape == (3, 5, 11)
     assert model.lm_head.weight is model.tok_emb.weight
-    untied = GPT(small_config(tie_weights=False))
+    untied = GPT(small_config(tie_embeddings=False))
     assert untied.lm_head.weight is not untied.tok_emb.weight
     assert count_parameters(untied) - count_parameters(model) == 11 * 24
 

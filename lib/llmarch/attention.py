@@ -15,7 +15,7 @@ import torch
 from torch import nn
 
 from llmarch._checks import check_qkv, check_tensor, shape_str
-from llmarch.positional import POS_ENCODINGS, T5RelativeBias, alibi_bias, apply_rope
+from llmarch.positional import POS_ENCODINGS, RotaryEmbedding, T5RelativeBias, alibi_bias
 
 __all__ = [
     "softmax",
@@ -171,6 +171,8 @@ class MultiHeadAttention(nn.Module):
     relative schemes: ``rope`` rotates q and k (never v), ``alibi`` and ``t5`` add a bias to the scores
     (``t5`` with its own learned table, ``relative_bias``). ``none``, ``learned`` and ``sinusoidal`` change
     nothing here: absolute encodings are added to the input embeddings (see ``llmarch.model.GPT``).
+    RoPE is ``rotary`` (a ``llmarch.positional.RotaryEmbedding``: layout, partial rotation, scaling); by
+    default the full, interleaved, unscaled rotation with base ``rope_base``.
     """
 
     def __init__(
@@ -186,6 +188,7 @@ class MultiHeadAttention(nn.Module):
         rope_base: float = 10000.0,
         t5_num_buckets: int = 32,
         t5_max_distance: int = 128,
+        rotary: RotaryEmbedding | None = None,
     ):
         super().__init__()
         if pos_encoding not in POS_ENCODINGS:
@@ -206,6 +209,11 @@ class MultiHeadAttention(nn.Module):
         self.o_proj = nn.Linear(n_heads * d_head, d_model, bias=bias)
         self.dropout = nn.Dropout(dropout)
         self.pos_encoding, self.rope_base = pos_encoding, rope_base
+        self.rotary = None
+        if pos_encoding == "rope":
+            self.rotary = RotaryEmbedding(d_head, base=rope_base) if rotary is None else rotary
+            if self.rotary.d_head != d_head:
+                raise ValueError(f"rotary is built for d_head={self.rotary.d_head} but the heads have d_head={d_head}")
         self.relative_bias = T5RelativeBias(n_heads, t5_num_buckets, t5_max_distance) if pos_encoding == "t5" else None
 
     def split_heads(self, x: torch.Tensor, n_heads: int) -> torch.Tensor:
@@ -244,7 +252,7 @@ class MultiHeadAttention(nn.Module):
                              f"or ({batch}, {t_new}) for each row of the batch")
         if positions.dim() == 2:
             positions = positions[:, None, :]  # (B, 1, T): the same positions for every head of a row
-        return apply_rope(q, positions, self.rope_base), apply_rope(k, positions, self.rope_base)
+        return self.rotary(q, positions), self.rotary(k, positions)
 
     def position_bias(self, t_q: int, t_k: int, bias=None, like: torch.Tensor | None = None):
         """Add ALiBi's or T5's bias ``(H, t_q, t_k)`` to ``bias``; queries are the last ``t_q`` of the
@@ -289,7 +297,7 @@ class MultiHeadAttention(nn.Module):
         ``mask`` broadcasts to ``(B, H, T_q, T_k)``; a 3-d mask ``(B, T_q, T_k)`` applies to every head.
         ``bias`` is added to the scores (shape broadcastable to ``(B, H, T_q, T_k)``).
         ``positions`` (long ``(T_q,)``, or ``(B, T_q)`` per row) are the positions RoPE uses for the new tokens.
-        ``kv_cache`` (a ``llmarch.efficient.LayerKVCache``): the keys and values of earlier tokens are
+        ``kv_cache`` (a ``llmarch.kv_cache.LayerKVCache``): the keys and values of earlier tokens are
         reused and these tokens' are appended; the new queries are the last positions, so ``is_causal``
         lets them see every cached key. ``return_weights=True`` also returns the weights ``(B, H, T_q, T_k)``.
         """

@@ -19,7 +19,7 @@ import torch
 import torch.nn.functional as F
 
 from llmarch._checks import check_tensor
-from llmarch.efficient import KVCache
+from llmarch.kv_cache import KVCache
 
 __all__ = [
     "temperature_scale",
@@ -122,8 +122,21 @@ def _normalised(score: float, generated: int, length_penalty: float) -> float:
     return score / (max(generated, 1) ** length_penalty)
 
 
+def _expand(next_logprobs: NextLogprobs, live: list, n: int) -> list[tuple[list[int], float]]:
+    """The ``n`` best one-token extensions ``(beam + [token], score + log p)`` of the live beams, best first; ties
+    go to the earlier beam, then to the lower token id. A beam contributes at most its own ``n`` best tokens,
+    which is all the top ``n`` over every (beam, token) pair can use."""
+    candidates = []
+    for beam, score in live:
+        values, tokens = torch.sort(next_logprobs(beam), descending=True, stable=True)
+        candidates += [(beam + [int(t)], score + float(lp)) for lp, t in zip(values[:n], tokens[:n])]
+    candidates.sort(key=lambda c: c[1], reverse=True)  # stable: keeps the tie order above
+    return candidates[:n]
+
+
 def beam_search(next_logprobs: NextLogprobs, prompt: list[int], beam_size: int, max_new_tokens: int,
-                eos_id: int | None = None, length_penalty: float = 0.0) -> list[tuple[list[int], float]]:
+                eos_id: int | None = None, length_penalty: float = 0.0,
+                early_stopping: bool | str | None = None) -> list[tuple[list[int], float]]:
     """Keep the ``beam_size`` best partial sequences at every step. Book: Decoding, "Beam search".
 
     Each step extends every live beam by every token and keeps the ``beam_size`` highest sums of
@@ -132,25 +145,74 @@ def beam_search(next_logprobs: NextLogprobs, prompt: list[int], beam_size: int, 
     scored ``sum log p / (generated length ** length_penalty)`` (``length_penalty = 0``: plain sum).
     With ``beam_size = 1`` this is greedy search. Ties go to the earlier beam, then to the lower token id
     (as ``argmax`` in :func:`greedy_decode`).
+
+    ``early_stopping=None`` (the default) is the shrinking beam above. ``True``, ``False`` or ``"never"`` run
+    Hugging Face's beam search instead (``model.generate(num_beams=beam_size, early_stopping=...)``), whose
+    beam never shrinks: see :func:`_hf_beam_search` for its rule. Its scores are ``sequences_scores``.
     """
     seq = _check_prompt(prompt, max_new_tokens)
     if beam_size < 1:
         raise ValueError(f"beam_size must be >= 1, got {beam_size}")
+    if not (early_stopping is None or isinstance(early_stopping, bool) or early_stopping == "never"):
+        raise ValueError(f"early_stopping must be None, True, False or 'never', got {early_stopping!r}")
+    if early_stopping is not None:
+        return _hf_beam_search(next_logprobs, seq, beam_size, max_new_tokens, eos_id, length_penalty, early_stopping)
     live, finished = [(seq, 0.0)], []
     for _ in range(max_new_tokens):
-        candidates = []
-        for beam, score in live:
-            values, tokens = torch.sort(next_logprobs(beam), descending=True, stable=True)
-            candidates += [(beam + [int(t)], score + float(lp)) for lp, t in zip(values[:beam_size], tokens[:beam_size])]
-        candidates.sort(key=lambda c: c[1], reverse=True)
-        live = []
-        for beam, score in candidates[:beam_size]:
-            (finished if beam[-1] == eos_id else live).append((beam, score))
+        live_next = []
+        for beam, score in _expand(next_logprobs, live, beam_size):
+            (finished if beam[-1] == eos_id else live_next).append((beam, score))
+        live = live_next
         if not live:
             break
     n_prompt = len(seq)
     results = [(b, _normalised(s, len(b) - n_prompt, length_penalty)) for b, s in finished + live]
     return sorted(results, key=lambda r: r[1], reverse=True)[:beam_size]
+
+
+def _hf_beam_search(next_logprobs: NextLogprobs, prompt: list[int], k: int, max_new_tokens: int,
+                    eos_id: int | None, length_penalty: float, early_stopping: bool | str) -> list[tuple[list[int], float]]:
+    """Beam search as Hugging Face ``transformers`` (5.x, ``GenerationMixin._beam_search``) runs it.
+    Book: Decoding, "Beam search".
+
+    The beam always holds ``k`` live sequences, and finished ones go to a pool of the ``k`` best. At step ``t``
+    (``t`` tokens generated, the new one included):
+
+    1. Take the ``2k`` best candidates over all (beam, token) pairs, by summed log-probability.
+    2. A candidate among the first ``k`` of them that ends in ``eos_id`` -- or any of the first ``k`` at the
+       last step ``t = max_new_tokens`` -- enters the pool with score ``sum log p / t ** length_penalty``
+       (``t`` counts the eos but not the prompt); the pool keeps its ``k`` best. An eos candidate ranked ``k``
+       or lower is dropped.
+    3. The ``k`` best candidates not ending in eos are the next beam (there are at least ``k`` of the ``2k``).
+    4. Stop once the pool holds ``k`` sequences and ``early_stopping`` is ``True``, or it holds ``k`` and the
+       best live beam cannot beat the worst of them by the estimate ``sum log p / L ** length_penalty``, with
+       ``L = max_new_tokens`` for ``"never"`` with ``length_penalty > 0`` (an upper bound: the sum only falls)
+       and ``L = t`` otherwise (the heuristic of ``False``: exact only for ``length_penalty <= 0``).
+
+    Returns the pool, best first. Differs from the shrinking beam when a beam ends: the beam is refilled from
+    the next candidates, so search goes on among ``k`` live sequences. (Matches ``transformers`` when the
+    vocabulary has at least ``2k`` tokens; its scores are float32, these float64.)
+    """
+    pool: list[tuple[list[int], float]] = []  # (sequence, normalised score), best first, at most k
+    live = [(prompt, 0.0)]
+    for t in range(1, max_new_tokens + 1):
+        candidates = _expand(next_logprobs, live, 2 * k)
+        last = t == max_new_tokens
+        pool += [(b, s / t ** length_penalty) for b, s in candidates[:k] if last or b[-1] == eos_id]
+        pool = sorted(pool, key=lambda r: r[1], reverse=True)[:k]
+        live = [(b, s) for b, s in candidates if b[-1] != eos_id][:k]
+        if not live:  # only with a vocabulary smaller than 2k
+            break
+        if last or len(pool) < k:
+            continue
+        if early_stopping is True:
+            break
+        horizon = max_new_tokens if early_stopping == "never" and length_penalty > 0 else t
+        if live[0][1] / horizon ** length_penalty <= pool[-1][1]:
+            break
+    if not pool:  # max_new_tokens == 0
+        pool = [(prompt, 0.0)]
+    return pool
 
 
 def exhaustive_search(next_logprobs: NextLogprobs, prompt: list[int], max_new_tokens: int,
@@ -234,7 +296,7 @@ def generate(model, prompt_ids: torch.Tensor, max_new_tokens: int, temperature: 
     """Extend ``prompt_ids (B, T)`` by sampling (or greedy decoding) ``max_new_tokens`` tokens from a ``GPT``.
 
     Book: Decoding, "The KV cache". With ``use_cache`` the prompt is run once and each step feeds only the new
-    token through :class:`~llmarch.efficient.KVCache`; the output is the same as recomputing the whole
+    token through :class:`~llmarch.kv_cache.KVCache`; the output is the same as recomputing the whole
     sequence every step (``use_cache=False``). Rows that emitted ``eos_id`` keep emitting it.
     Returns ``(B, T + max_new_tokens)``.
     """

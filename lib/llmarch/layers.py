@@ -14,12 +14,15 @@ from torch import nn
 
 from llmarch._checks import check_tensor, shape_str
 from llmarch.attention import MultiHeadAttention
+from llmarch.positional import RotaryEmbedding
 
 __all__ = [
     "layer_norm",
     "batch_norm",
     "rms_norm",
     "FeedForward",
+    "SwiGLU",
+    "swiglu_hidden_size",
     "TransformerBlock",
     "TransformerBlockEq3",
 ]
@@ -115,12 +118,59 @@ class FeedForward(nn.Module):
         return self.w2(self.dropout(_ACTIVATIONS[self.activation](self.w1(x))))
 
 
+def swiglu_hidden_size(d_model: int, multiple_of: int = 256, ffn_dim_multiplier: float | None = None) -> int:
+    """The SwiGLU hidden size as Llama computes it: ``2/3 * 4 d_model`` (so that three matrices hold as many
+    parameters as the two of a ``4 d_model`` MLP), times ``ffn_dim_multiplier`` if given, rounded up to a
+    multiple of ``multiple_of``. Llama 2 7B: ``swiglu_hidden_size(4096) == 11008``.
+    Book: From GPT-2 to Llama 3, "SwiGLU"."""
+    if d_model < 1 or multiple_of < 1:
+        raise ValueError(f"swiglu_hidden_size needs d_model >= 1 and multiple_of >= 1, got {d_model}, {multiple_of}")
+    hidden = int(2 * 4 * d_model / 3)
+    if ffn_dim_multiplier is not None:
+        hidden = int(ffn_dim_multiplier * hidden)
+    return multiple_of * -(-hidden // multiple_of)
+
+
+class SwiGLU(nn.Module):
+    """The gated feed-forward network of Shazeer (2020), as Llama uses it:
+
+    ``FFN(x) = W_2 (silu(W_1 x) * W_3 x)``  (``*`` elementwise; ``silu(z) = z sigmoid(z)``).
+
+    Book: From GPT-2 to Llama 3, "SwiGLU".
+
+    ``w1`` (the gate) and ``w3`` (the value): ``Linear(d_model, d_ff)``; ``w2``: ``Linear(d_ff, d_model)``;
+    ``d_ff`` defaults to :func:`swiglu_hidden_size`. ``activation`` replaces silu (``gelu`` gives GeGLU).
+    Shapes: ``(..., d_model) -> (..., d_model)``.
+    """
+
+    def __init__(self, d_model: int, d_ff: int | None = None, activation: str = "silu", bias: bool = False,
+                 dropout: float = 0.0):
+        super().__init__()
+        if activation not in _ACTIVATIONS:
+            raise ValueError(f"activation must be one of {sorted(_ACTIVATIONS)}, got {activation!r}")
+        d_ff = swiglu_hidden_size(d_model) if d_ff is None else d_ff
+        self.activation = activation
+        self.w1 = nn.Linear(d_model, d_ff, bias=bias)
+        self.w3 = nn.Linear(d_model, d_ff, bias=bias)
+        self.w2 = nn.Linear(d_ff, d_model, bias=bias)
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.shape[-1] != self.w1.in_features:
+            raise ValueError(f"x has shape {shape_str(x.shape)} but the FFN expects {self.w1.in_features} features")
+        return self.w2(self.dropout(_ACTIVATIONS[self.activation](self.w1(x)) * self.w3(x)))
+
+
+NORMS = ("layernorm", "rmsnorm")
+FFNS = ("mlp", "swiglu")
+
+
 def _make_norm(kind: str, d_model: int, eps: float) -> nn.Module:
-    if kind == "layer":
+    if kind == "layernorm":
         return nn.LayerNorm(d_model, eps=eps)
-    if kind == "rms":
+    if kind == "rmsnorm":
         return nn.RMSNorm(d_model, eps=eps)
-    raise ValueError(f"norm must be 'layer' or 'rms', got {kind!r}")
+    raise ValueError(f"norm must be one of {NORMS}, got {kind!r}")
 
 
 class TransformerBlock(nn.Module):
@@ -134,7 +184,10 @@ class TransformerBlock(nn.Module):
         ``x = x + SelfAttn(LN(x))``; ``x = x + CrossAttn(LN(x), c)``; ``x = x + FFN(LN(x))``.
     The cross-attention sub-layer exists only with ``cross_attention=True`` (a decoder of an
     encoder-decoder model). Submodules: ``attn``, ``norm1``, ``cross_attn``/``norm_cross``, ``ffn``, ``norm2``.
-    ``pos_encoding`` goes to the self-attention (see ``MultiHeadAttention``).
+    ``norm`` is ``layernorm`` or ``rmsnorm`` (eps ``eps``); ``ffn`` is ``mlp`` (:class:`FeedForward`) or
+    ``swiglu`` (:class:`SwiGLU`, with ``activation`` as its gate); ``bias`` is the attention's, ``mlp_bias``
+    the FFN's (default: ``bias``). ``pos_encoding`` and ``rotary`` go to the self-attention (see
+    ``MultiHeadAttention``).
     Shapes: ``x (B, T, d_model)``, ``context (B, T_c, d_model)`` -> ``(B, T, d_model)``.
     """
 
@@ -148,23 +201,30 @@ class TransformerBlock(nn.Module):
         activation: str = "gelu",
         norm_first: bool = True,
         cross_attention: bool = False,
-        norm: str = "layer",
+        norm: str = "layernorm",
         bias: bool = True,
         eps: float = 1e-5,
         pos_encoding: str = "none",
         rope_base: float = 10000.0,
+        ffn: str = "mlp",
+        mlp_bias: bool | None = None,
+        rotary: RotaryEmbedding | None = None,
     ):
         super().__init__()
+        if ffn not in FFNS:
+            raise ValueError(f"ffn must be one of {FFNS}, got {ffn!r}")
         self.norm_first = norm_first
         self.attn = MultiHeadAttention(d_model, n_heads, n_kv_heads=n_kv_heads, bias=bias, dropout=dropout,
-                                       pos_encoding=pos_encoding, rope_base=rope_base)
+                                       pos_encoding=pos_encoding, rope_base=rope_base, rotary=rotary)
         self.norm1 = _make_norm(norm, d_model, eps)
         if cross_attention:
             self.cross_attn = MultiHeadAttention(d_model, n_heads, n_kv_heads=n_kv_heads, bias=bias, dropout=dropout)
             self.norm_cross = _make_norm(norm, d_model, eps)
         else:
             self.cross_attn = None
-        self.ffn = FeedForward(d_model, d_ff, activation=activation, bias=bias, dropout=dropout)
+        mlp_bias = bias if mlp_bias is None else mlp_bias
+        ffn_class = FeedForward if ffn == "mlp" else SwiGLU
+        self.ffn = ffn_class(d_model, d_ff, activation=activation, bias=mlp_bias, dropout=dropout)
         self.norm2 = _make_norm(norm, d_model, eps)
         self.dropout = nn.Dropout(dropout)
 

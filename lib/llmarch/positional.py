@@ -28,6 +28,10 @@ __all__ = [
     "LearnedPositionalEmbedding",
     "rope_angles",
     "apply_rope",
+    "ROPE_SCALING_TYPES",
+    "check_rope_scaling",
+    "rope_frequencies",
+    "RotaryEmbedding",
     "apply_rope_complex",
     "rope_matrix",
     "t5_relative_bucket",
@@ -108,7 +112,7 @@ def _positions_for(x: torch.Tensor, positions: torch.Tensor | None) -> torch.Ten
 
 
 def apply_rope(x: torch.Tensor, positions: torch.Tensor | None = None, base: float = 10000.0,
-               interleaved: bool = True) -> torch.Tensor:
+               interleaved: bool = True, inv_freq: torch.Tensor | None = None) -> torch.Tensor:
     """Rotary position embedding (Su et al., 2024): rotate each feature pair of ``x`` by ``m * theta_i``.
 
     Book: Deriving RoPE, "The rotation-matrix form".
@@ -117,11 +121,18 @@ def apply_rope(x: torch.Tensor, positions: torch.Tensor | None = None, base: flo
     angle ``m * theta_i``. Pairs are ``(2i, 2i+1)`` when ``interleaved`` (RoFormer), ``(i, i + d/2)`` otherwise
     (rotate-half, GPT-NeoX/Llama). ``x (..., T, d)``; ``positions`` (long or float, broadcastable to
     ``(..., T)``) default to ``0..T-1``. Then ``<rope(q)_m, rope(k)_n>`` depends on ``m - n`` only.
+    ``inv_freq (d/2,)`` replaces the frequencies ``theta_i = base**(-2i/d)`` (a scaled RoPE, see
+    :func:`rope_frequencies`).
     """
     check_tensor("x", x, min_dim=2, floating=True)
     d = x.shape[-1]
     _check_even(d, "apply_rope")
-    angles = rope_angles(_positions_for(x, positions), d, base)  # (..., T, d/2), float64
+    if inv_freq is None:
+        angles = rope_angles(_positions_for(x, positions), d, base)  # (..., T, d/2), float64
+    else:
+        if tuple(inv_freq.shape) != (d // 2,):
+            raise ValueError(f"inv_freq has shape {shape_str(inv_freq.shape)} but x has {d} features: expected ({d // 2},)")
+        angles = _positions_for(x, positions).to(torch.float64)[..., None] * inv_freq.to(torch.float64)
     # cos and sin in float64, then cast: a float32 angle at position 1e5 is already off by ~5e-3 rad
     cos, sin = torch.cos(angles).to(x.dtype), torch.sin(angles).to(x.dtype)
     if interleaved:
@@ -143,6 +154,149 @@ def apply_rope_complex(x: torch.Tensor, positions: torch.Tensor | None = None, b
     angles = rope_angles(_positions_for(x, positions), x.shape[-1], base)
     rotated = z * torch.polar(torch.ones_like(angles), angles).to(complex_dtype)
     return torch.view_as_real(rotated).flatten(-2).to(x.dtype)
+
+
+ROPE_SCALING_TYPES = ("linear", "dynamic", "yarn", "llama3")
+
+# The keys each scaling rule reads (named as in transformers' ``rope_parameters``), with their defaults.
+_ROPE_SCALING_KEYS = {
+    "linear": {"factor": None},
+    "dynamic": {"factor": None},
+    "yarn": {"factor": None, "original_max_position_embeddings": None, "beta_fast": 32.0, "beta_slow": 1.0,
+             "attention_factor": None, "mscale": None, "mscale_all_dim": None, "truncate": True},
+    "llama3": {"factor": None, "original_max_position_embeddings": None, "low_freq_factor": 1.0,
+               "high_freq_factor": 4.0},
+}
+
+
+def check_rope_scaling(scaling: dict | None) -> dict | None:
+    """Validate a RoPE scaling rule and return it with its type under ``"rope_type"`` (the legacy key ``"type"``
+    is accepted). Raises ``ValueError`` naming an unknown type, an unknown key or a missing ``factor``."""
+    if scaling is None:
+        return None
+    if not isinstance(scaling, dict):
+        raise TypeError(f"rope_scaling must be a dict such as {{'rope_type': 'linear', 'factor': 2.0}}, got {scaling!r}")
+    scaling = dict(scaling)
+    kind = scaling.pop("rope_type", None) or scaling.pop("type", None)
+    scaling.pop("type", None)
+    if kind in (None, "default"):
+        if scaling:
+            raise ValueError(f"rope_scaling has no rope_type but sets {sorted(scaling)}")
+        return None
+    if kind not in ROPE_SCALING_TYPES:
+        raise ValueError(f"rope_scaling type {kind!r} is not supported: use one of {ROPE_SCALING_TYPES}")
+    unknown = sorted(set(scaling) - set(_ROPE_SCALING_KEYS[kind]))
+    if unknown:
+        raise ValueError(f"rope_scaling of type {kind!r} has unsupported keys {unknown}; "
+                         f"it reads {sorted(_ROPE_SCALING_KEYS[kind])}")
+    if not (isinstance(scaling.get("factor"), (int, float)) and scaling["factor"] > 0):
+        raise ValueError(f"rope_scaling of type {kind!r} needs a positive 'factor', got {scaling.get('factor')!r}")
+    return {"rope_type": kind, **{k: scaling.get(k, default) for k, default in _ROPE_SCALING_KEYS[kind].items()}}
+
+
+def _yarn_mscale(scale: float, mscale: float = 1.0) -> float:
+    return 1.0 if scale <= 1 else 0.1 * mscale * math.log(scale) + 1.0
+
+
+def rope_frequencies(d: int, base: float = 10000.0, scaling: dict | None = None, seq_len: int | None = None,
+                     max_position_embeddings: int | None = None) -> tuple[torch.Tensor, float]:
+    """The RoPE frequencies ``inv_freq (d/2,)`` (float64) and the attention factor of a scaling rule.
+
+    Book: From GPT-2 to Llama 3, "Context extension".
+
+    Unscaled: ``theta_i = base**(-2i/d)`` and factor 1. ``scaling`` (``rope_type`` and ``factor`` ``s``,
+    keys as in transformers):
+    - ``linear``: position interpolation (Chen et al., 2023), ``m -> m / s``, i.e. ``theta_i / s``;
+    - ``dynamic``: dynamic NTK scaling: the base grows with the current length ``L = max(seq_len, L_max)``,
+      ``base' = base * (s L / L_max - (s - 1))**(d / (d - 2))`` (``L_max = max_position_embeddings``);
+    - ``yarn`` (Peng et al., 2023): per frequency a blend ``(1 - r_i) theta_i + r_i theta_i / s`` where the ramp
+      ``r_i`` rises from 0 to 1 between the dimensions that turn ``beta_fast`` and ``beta_slow`` times over the
+      original context ``L_0``, ``d_c(n) = d ln(L_0 / (2 pi n)) / (2 ln base)``; q and k are multiplied by the
+      attention factor ``0.1 ln s + 1`` (so the logits by its square);
+    - ``llama3`` (Meta, 2024): wavelengths ``2 pi / theta_i`` shorter than ``L_0 / high_freq_factor`` keep
+      ``theta_i``, longer than ``L_0 / low_freq_factor`` become ``theta_i / s``, and in between
+      ``(1 - g) theta_i / s + g theta_i`` with ``g = (L_0 / wavelength - low) / (high - low)``.
+    """
+    _check_even(d, "rope_frequencies")
+    scaling = check_rope_scaling(scaling)
+    theta = base ** (-torch.arange(0, d, 2, dtype=torch.float64) / d)
+    if scaling is None:
+        return theta, 1.0
+    kind, s = scaling["rope_type"], float(scaling["factor"])
+    original = scaling.get("original_max_position_embeddings") or max_position_embeddings
+    if kind in ("dynamic", "yarn", "llama3") and original is None:
+        raise ValueError(f"rope_scaling of type {kind!r} needs the original context length "
+                         "(original_max_position_embeddings or max_position_embeddings)")
+    if kind == "linear":
+        return theta / s, 1.0
+    if kind == "dynamic":
+        if d < 4:
+            raise ValueError(f"dynamic NTK scaling needs d >= 4, got d={d}")
+        length = max(seq_len or 0, max_position_embeddings or original)
+        scaled_base = base * (s * length / original - (s - 1)) ** (d / (d - 2))
+        return scaled_base ** (-torch.arange(0, d, 2, dtype=torch.float64) / d), 1.0
+    if kind == "yarn":
+        def correction_dim(n_rotations):
+            return d * math.log(original / (n_rotations * 2 * math.pi)) / (2 * math.log(base))
+
+        low, high = correction_dim(scaling["beta_fast"]), correction_dim(scaling["beta_slow"])
+        if scaling["truncate"]:
+            low, high = math.floor(low), math.ceil(high)
+        low, high = max(low, 0), min(high, d - 1)
+        if low == high:
+            high += 0.001  # a step instead of a ramp
+        ramp = ((torch.arange(d // 2, dtype=torch.float64) - low) / (high - low)).clamp(0, 1)
+        factor = scaling["attention_factor"]
+        if factor is None:
+            mscale, mscale_all = scaling["mscale"], scaling["mscale_all_dim"]
+            factor = (_yarn_mscale(s, mscale) / _yarn_mscale(s, mscale_all) if mscale and mscale_all
+                      else _yarn_mscale(s))
+        return (1 - ramp) * theta + ramp * theta / s, float(factor)
+    low_f, high_f = float(scaling["low_freq_factor"]), float(scaling["high_freq_factor"])  # llama3
+    wavelength = 2 * math.pi / theta
+    smooth = (original / wavelength - low_f) / (high_f - low_f)
+    blended = (1 - smooth) * theta / s + smooth * theta
+    inv_freq = torch.where(wavelength > original / low_f, theta / s, blended)
+    return torch.where(wavelength < original / high_f, theta, inv_freq), 1.0
+
+
+class RotaryEmbedding:
+    """RoPE as a model applies it to per-head queries and keys: layout, partial rotation and scaling.
+
+    Book: From GPT-2 to Llama 3, "RoPE" and "Context extension".
+
+    The first ``rotary_dim`` features of each head (all ``d_head`` by default; GPT-J and GPT-NeoX rotate a
+    fraction) are rotated by :func:`apply_rope` with the frequencies of :func:`rope_frequencies`, then multiplied
+    by the scaling rule's attention factor; the other features pass unchanged. ``interleaved`` pairs ``(2i, 2i+1)``
+    (RoFormer), otherwise ``(i, i + rotary_dim/2)`` (rotate-half, GPT-NeoX and Llama).
+    Call it as ``rope(x, positions)`` with ``x (..., T, d_head)`` and positions broadcastable to ``(..., T)``.
+    """
+
+    def __init__(self, d_head: int, base: float = 10000.0, interleaved: bool = True, rotary_dim: int | None = None,
+                 scaling: dict | None = None, max_position_embeddings: int | None = None):
+        rotary_dim = d_head if rotary_dim is None else rotary_dim
+        if not 0 < rotary_dim <= d_head or rotary_dim % 2:
+            raise ValueError(f"rotary_dim must be even and in (0, d_head={d_head}], got {rotary_dim}")
+        self.d_head, self.rotary_dim, self.base, self.interleaved = d_head, rotary_dim, base, interleaved
+        self.scaling, self.max_position_embeddings = check_rope_scaling(scaling), max_position_embeddings
+        rope_frequencies(rotary_dim, base, self.scaling, max_position_embeddings=max_position_embeddings)  # validate
+
+    def __repr__(self) -> str:
+        return (f"RotaryEmbedding(d_head={self.d_head}, rotary_dim={self.rotary_dim}, base={self.base}, "
+                f"interleaved={self.interleaved}, scaling={self.scaling})")
+
+    def __call__(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        if x.shape[-1] != self.d_head:
+            raise ValueError(f"x has shape {shape_str(x.shape)} but this RoPE is for d_head={self.d_head}")
+        seq_len = int(positions.max()) + 1 if positions.numel() else 0
+        inv_freq, factor = rope_frequencies(self.rotary_dim, self.base, self.scaling, seq_len,
+                                            self.max_position_embeddings)
+        rotated = apply_rope(x[..., : self.rotary_dim], positions, interleaved=self.interleaved, inv_freq=inv_freq)
+        if factor != 1.0:
+            rotated = rotated * factor
+        if self.rotary_dim == self.d_head:
+            return rotated
+        return torch.cat((rotated, x[..., self.rotary_dim :]), dim=-1)
 
 
 def rope_matrix(m: float, d: int, base: float = 10000.0, dtype=torch.float64) -> torch.Tensor:

@@ -17,7 +17,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from llmarch._checks import check_tensor, shape_str
-from llmarch.data import get_batch, sequential_batches
+from llmarch.data import get_batch, sequential_batches, synthetic_corpus
+from llmarch.model import GPT, TINY_GPT_CHECKPOINT, tiny_gpt_config
 
 __all__ = ["lm_loss", "evaluate", "warmup_cosine_lr", "TrainResult", "train", "train_tiny_gpt"]
 
@@ -125,9 +126,6 @@ def train_tiny_gpt(steps: int = 1500, seed: int = 0):
     """The course's small pretrained model: ``tiny_gpt_config()`` trained on 1M tokens of the synthetic
     corpus (seed ``seed``), deterministic on a given machine, about a minute on 2 CPU cores. Returns the
     model in eval mode. ``llmarch.model.load_tiny_gpt`` loads the committed checkpoint of this run."""
-    from llmarch.data import synthetic_corpus
-    from llmarch.model import GPT, tiny_gpt_config
-
     torch.manual_seed(seed)
     config = tiny_gpt_config()
     model = GPT(config)
@@ -138,8 +136,6 @@ def train_tiny_gpt(steps: int = 1500, seed: int = 0):
 
 def main() -> None:
     """``python -m llmarch.train``: retrain the tiny pretrained GPT and overwrite its checkpoint."""
-    from llmarch.model import TINY_GPT_CHECKPOINT
-
     model = train_tiny_gpt()
     TINY_GPT_CHECKPOINT.parent.mkdir(parents=True, exist_ok=True)
     torch.save(model.state_dict(), TINY_GPT_CHECKPOINT)

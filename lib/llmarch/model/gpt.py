@@ -1,7 +1,8 @@
-"""A decoder-only Transformer language model (GPT), parameter counting, the warm-up schedule, perplexity.
+"""The decoder-only Transformer (GPT, from GPT-1 to Llama 3), parameter counting, the warm-up schedule,
+perplexity, and the course's tiny pretrained model.
 
 Book: The Transformer block (``book/transformer-block.md``), sections "Decoder-only models",
-"Counting parameters", "The warm-up schedule" and "Perplexity".
+"Counting parameters", "The warm-up schedule" and "Perplexity"; From GPT-2 to Llama 3.
 
 Conventions (DESIGN.md): token ids ``(B, T)`` of dtype ``long``; logits ``(B, T, vocab_size)``, where
 ``logits[:, t]`` scores the token at position ``t + 1`` given tokens ``0..t``.
@@ -10,7 +11,6 @@ Conventions (DESIGN.md): token ids ``(B, T)`` of dtype ``long``; logits ``(B, T,
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -18,57 +18,14 @@ import torch
 from torch import nn
 
 from llmarch._checks import check_tensor, shape_str
-from llmarch.efficient import KVCache
-from llmarch.layers import TransformerBlock
-from llmarch.positional import POS_ENCODINGS, sinusoidal_encoding
+from llmarch.kv_cache import KVCache
+from llmarch.layers import TransformerBlock, _make_norm
+from llmarch.model.config import GPTConfig, tiny_gpt_config
+from llmarch.positional import sinusoidal_encoding
 
-__all__ = [
-    "GPTConfig", "GPT", "gpt1_config", "tiny_gpt_config", "load_tiny_gpt", "count_parameters", "noam_lr", "perplexity",
-]
+__all__ = ["GPT", "load_tiny_gpt", "count_parameters", "noam_lr", "perplexity", "TINY_GPT_CHECKPOINT"]
 
-TINY_GPT_CHECKPOINT = Path(__file__).resolve().parent / "checkpoints" / "tiny_gpt.pt"
-
-
-@dataclass
-class GPTConfig:
-    """Hyper-parameters of :class:`GPT`. ``d_ff`` defaults to ``4 * d_model``."""
-
-    vocab_size: int
-    context_length: int = 128
-    d_model: int = 128
-    n_layers: int = 4
-    n_heads: int = 4
-    n_kv_heads: int | None = None
-    d_ff: int | None = None
-    dropout: float = 0.0
-    activation: str = "gelu"
-    norm_first: bool = True
-    bias: bool = True
-    tie_weights: bool = True
-    pos_encoding: str = "learned"
-    rope_base: float = 10000.0
-    scale_embeddings: bool = False  # multiply token embeddings by sqrt(d_model), as Vaswani et al. (2017) do
-
-    def __post_init__(self):
-        if self.pos_encoding not in POS_ENCODINGS:
-            raise ValueError(f"GPTConfig.pos_encoding must be one of {POS_ENCODINGS}, got {self.pos_encoding!r}")
-        for name in ("vocab_size", "context_length", "d_model", "n_layers", "n_heads"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"GPTConfig.{name} must be positive, got {getattr(self, name)}")
-        if self.d_model % self.n_heads:
-            raise ValueError(f"GPTConfig.d_model={self.d_model} is not divisible by n_heads={self.n_heads}")
-
-
-def gpt1_config() -> GPTConfig:
-    """The GPT-1 configuration (Radford et al., 2018): 12 post-LN layers, d_model 768, 12 heads,
-    d_ff 3072, a 512-token context, a 40,478-token BPE vocabulary, output layer tied to the embedding."""
-    return GPTConfig(vocab_size=40478, context_length=512, d_model=768, n_layers=12, n_heads=12, norm_first=False)
-
-
-def tiny_gpt_config() -> GPTConfig:
-    """The course's small pretrained model: 2 pre-LN layers, d_model 64, 4 heads, learned positions,
-    64-token context, the 36-word vocabulary of ``llmarch.data.default_grammar()`` (106,496 parameters)."""
-    return GPTConfig(vocab_size=36, context_length=64, d_model=64, n_layers=2, n_heads=4)
+TINY_GPT_CHECKPOINT = Path(__file__).resolve().parent.parent / "checkpoints" / "tiny_gpt.pt"
 
 
 class GPT(nn.Module):
@@ -79,7 +36,9 @@ class GPT(nn.Module):
     ``h_0 = W_E[idx] + P[0..T-1]`` (``W_E[idx] * sqrt(d_model) + P[0..T-1]`` with ``config.scale_embeddings``,
     as Vaswani et al. do); ``h_l = Block_l(h_{l-1})`` with causal self-attention;
     ``logits = LN_f(h_L) W_E^T`` (pre-LN models end with a final norm ``LN_f``; post-LN models, like GPT-1,
-    already end in a norm and have none). ``config.pos_encoding``: ``learned`` (``P`` is the trained table
+    already end in a norm and have none; with ``tie_embeddings=False`` the head has its own matrix).
+    Norms, FFN, attention options and RoPE variants follow ``config`` (:class:`GPTConfig`), from GPT-1 to
+    Llama 3. ``config.pos_encoding``: ``learned`` (``P`` is the trained table
     ``pos_emb``, GPT-1/2), ``sinusoidal`` (``P`` is the fixed table, buffer ``pos_table``), ``none`` (NoPE),
     or one of the relative schemes applied in every attention layer: ``rope``, ``alibi``, ``t5``.
     Submodules: ``tok_emb``, ``pos_emb`` (learned only), ``blocks``, ``norm_f``, ``lm_head``.
@@ -94,23 +53,25 @@ class GPT(nn.Module):
         elif c.pos_encoding == "sinusoidal":
             self.register_buffer("pos_table", sinusoidal_encoding(c.context_length, c.d_model), persistent=False)
         self.drop = nn.Dropout(c.dropout)
+        rotary = c.rotary() if c.pos_encoding == "rope" else None
         self.blocks = nn.ModuleList(
             TransformerBlock(
-                c.d_model, c.n_heads, d_ff=c.d_ff, n_kv_heads=c.n_kv_heads, dropout=c.dropout,
-                activation=c.activation, norm_first=c.norm_first, bias=c.bias,
-                pos_encoding=c.pos_encoding, rope_base=c.rope_base,
+                c.d_model, c.n_heads, d_ff=c.ffn_hidden, n_kv_heads=c.n_kv_heads, dropout=c.dropout,
+                activation=c.ffn_activation, norm_first=c.norm_first, norm=c.norm, eps=c.norm_eps, ffn=c.ffn,
+                bias=c.bias, mlp_bias=c.mlp_bias, pos_encoding=c.pos_encoding, rope_base=c.rope_base,
+                rotary=rotary,
             )
             for _ in range(c.n_layers)
         )
-        self.norm_f = nn.LayerNorm(c.d_model) if c.norm_first else nn.Identity()
+        self.norm_f = _make_norm(c.norm, c.d_model, c.norm_eps) if c.norm_first else nn.Identity()
         self.lm_head = nn.Linear(c.d_model, c.vocab_size, bias=False)
         self.apply(self._init_weights)
-        if c.tie_weights:
+        if c.tie_embeddings:
             self.lm_head.weight = self.tok_emb.weight
 
     @staticmethod
     def _init_weights(module: nn.Module) -> None:
-        # GPT-2's initialisation: N(0, 0.02) weights, zero biases.
+        # GPT-2's initialisation: N(0, 0.02) weights, zero biases (norms keep their ones and zeros).
         if isinstance(module, (nn.Linear, nn.Embedding)):
             nn.init.normal_(module.weight, mean=0.0, std=0.02)
         if isinstance(module, nn.Linear) and module.bias is not None:
@@ -212,16 +173,13 @@ def perplexity(nll) -> float:
 def load_tiny_gpt(path: Path | str | None = None) -> "GPT":
     """The tiny GPT pretrained on the synthetic corpus, in eval mode. Book: Decoding.
 
-    Loads the committed checkpoint (``llmarch/checkpoints/tiny_gpt.pt``, 0.4 MB). If it is missing, the model
-    is trained (``llmarch.train.train_tiny_gpt``, about a minute on a CPU) and saved there first; rebuild it
-    with ``python -m llmarch.train`` (``make experiments``). Nothing is downloaded.
+    Loads the committed checkpoint (``llmarch/checkpoints/tiny_gpt.pt``, 0.4 MB); nothing is downloaded.
+    Rebuild it with ``python -m llmarch.train`` (``make experiments``), which trains the model again (about a
+    minute on a CPU). Loading never imports the trainer.
     """
     path = TINY_GPT_CHECKPOINT if path is None else Path(path)
     if not path.exists():
-        from llmarch.train import train_tiny_gpt
-
-        path.parent.mkdir(parents=True, exist_ok=True)
-        torch.save(train_tiny_gpt().state_dict(), path)
+        raise FileNotFoundError(f"the tiny GPT checkpoint {path} is missing: rebuild it with `python -m llmarch.train`")
     model = GPT(tiny_gpt_config())
     model.load_state_dict(torch.load(path, map_location="cpu", weights_only=True))
     return model.eval()

@@ -1,0 +1,287 @@
+"""Loading official checkpoints (transformers' GPT-2, Llama and GPT-NeoX layouts) into :class:`GPT`.
+
+Book: From GPT-2 to Llama 3, "Loading a real checkpoint".
+
+``config_from_hf(config_dict)`` reads a checkpoint's ``config.json`` (as a dict) into a :class:`GPTConfig`;
+``load_hf_state_dict(state_dict, config_dict)`` renames (and, for GPT-2's ``Conv1D`` and fused projections,
+transposes and splits) the weights into a ``GPT``; ``load_pretrained(path)`` does both for a local folder of
+``config.json`` and ``*.safetensors`` files. Nothing is downloaded. Every config key is either used, checked
+against the one value this library implements, or known to be irrelevant to the forward pass (metadata and
+training-only settings); any other key raises ``ValueError`` naming it, so a checkpoint is never run as a
+different architecture silently.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+
+from llmarch.model.config import GPTConfig
+from llmarch.model.gpt import GPT
+
+__all__ = ["config_from_hf", "load_hf_state_dict", "load_pretrained", "SUPPORTED_MODEL_TYPES"]
+
+SUPPORTED_MODEL_TYPES = ("gpt2", "llama", "gpt_neox")
+
+# Keys that do not change the forward pass at inference: metadata, tokens ids, generation, initialisation,
+# dropout, and the heads of other task classes.
+_IRRELEVANT_KEYS = {
+    "_name_or_path", "architectures", "model_type", "transformers_version", "dtype", "torch_dtype",
+    "bos_token_id", "eos_token_id", "pad_token_id", "sep_token_id", "decoder_start_token_id", "use_cache",
+    "initializer_range", "id2label", "label2id", "num_labels", "problem_type", "output_attentions",
+    "output_hidden_states", "return_dict", "chunk_size_feed_forward", "is_encoder_decoder", "is_decoder",
+    "tokenizer_class", "task_specific_params", "prefix", "finetuning_task", "torchscript", "tf_legacy_loss",
+    "use_bfloat16", "attn_pdrop", "embd_pdrop", "resid_pdrop", "attention_dropout", "hidden_dropout",
+    "classifier_dropout", "summary_type", "summary_use_proj", "summary_activation", "summary_proj_to_labels",
+    "summary_first_dropout", "reorder_and_upcast_attn", "pretraining_tp", "use_memory_efficient_attention",
+    "n_ctx",
+}
+
+_ACTIVATIONS = {"gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "gelu": "gelu", "relu": "relu",
+                "silu": "silu", "swish": "silu"}
+
+
+class _Keys:
+    """Reads a config dict and remembers which keys were used, to name the ones that were not."""
+
+    def __init__(self, config: dict):
+        self.config, self.used = config, set()
+
+    def get(self, key, default=None, required: bool = False):
+        self.used.add(key)
+        if required and key not in self.config:
+            raise ValueError(f"the checkpoint config has no {key!r}, which a {self.config.get('model_type')} model needs")
+        value = self.config.get(key, default)
+        return default if value is None else value
+
+    def expect(self, key, allowed, default):
+        value = self.get(key, default)
+        if value not in allowed:
+            raise ValueError(f"the checkpoint config sets {key}={value!r}, which llmarch does not implement "
+                             f"(supported: {sorted(map(repr, allowed))})")
+        return value
+
+    def check_all_used(self):
+        unknown = sorted(set(self.config) - self.used - _IRRELEVANT_KEYS)
+        if unknown:
+            raise ValueError(f"unsupported config keys for model_type {self.config.get('model_type')!r}: {unknown}")
+
+
+def _activation(keys: _Keys, key: str, default: str) -> str:
+    name = keys.get(key, default)
+    if name not in _ACTIVATIONS:
+        raise ValueError(f"the checkpoint config sets {key}={name!r}; supported: {sorted(_ACTIVATIONS)}")
+    return _ACTIVATIONS[name]
+
+
+def _rope_options(keys: _Keys, default_fraction: float = 1.0) -> dict:
+    """RoPE settings in either form: transformers 5's ``rope_parameters`` dict, or the older top-level
+    ``rope_theta`` (GPT-NeoX: ``rotary_emb_base``), ``partial_rotary_factor`` (``rotary_pct``) and
+    ``rope_scaling``."""
+    params = dict(keys.get("rope_parameters") or {})
+    legacy = keys.get("rope_scaling")
+    if legacy:
+        params = {**dict(legacy), **params}
+    base = params.pop("rope_theta", None) or keys.get("rope_theta") or keys.get("rotary_emb_base") or 10000.0
+    fraction = (params.pop("partial_rotary_factor", None) or keys.get("partial_rotary_factor")
+                or keys.get("rotary_pct") or default_fraction)
+    scaling = params if params.get("rope_type", params.get("type", "default")) != "default" else None
+    if scaling is not None and params.get("rope_type", params.get("type")) in ("yarn", "llama3"):
+        # transformers' default: the original context is max_position_embeddings
+        scaling.setdefault("original_max_position_embeddings", keys.get("max_position_embeddings", 2048))
+    return {"rope_base": float(base), "rotary_fraction": float(fraction), "rope_scaling": scaling}
+
+
+def config_from_hf(config: dict) -> GPTConfig:
+    """The :class:`GPTConfig` of a transformers ``config.json`` dict (``model_type`` gpt2, llama or gpt_neox).
+    Raises ``ValueError`` naming an unsupported model type or key."""
+    if not isinstance(config, dict):
+        raise TypeError(f"config must be the checkpoint's config.json as a dict, got {type(config).__name__}")
+    model_type = config.get("model_type")
+    if model_type not in SUPPORTED_MODEL_TYPES:
+        raise ValueError(f"model_type {model_type!r} is not supported: use one of {SUPPORTED_MODEL_TYPES}")
+    keys = _Keys(config)
+    if model_type == "gpt2":
+        d_model = keys.get("n_embd", required=True)
+        keys.expect("scale_attn_weights", {True}, True)
+        keys.expect("scale_attn_by_inverse_layer_idx", {False}, False)
+        keys.expect("add_cross_attention", {False}, False)
+        out = GPTConfig(
+            vocab_size=keys.get("vocab_size", required=True), context_length=keys.get("n_positions", 1024),
+            d_model=d_model, n_layers=keys.get("n_layer", required=True), n_heads=keys.get("n_head", required=True),
+            d_ff=keys.get("n_inner") or 4 * d_model, activation=_activation(keys, "activation_function", "gelu_new"),
+            norm_eps=keys.get("layer_norm_epsilon", 1e-5), tie_embeddings=keys.get("tie_word_embeddings", True),
+        )
+    elif model_type == "llama":
+        d_model, n_heads = keys.get("hidden_size", required=True), keys.get("num_attention_heads", required=True)
+        keys.expect("head_dim", {None, d_model // n_heads}, None)
+        out = GPTConfig(
+            vocab_size=keys.get("vocab_size", required=True), context_length=keys.get("max_position_embeddings", 2048),
+            d_model=d_model, n_layers=keys.get("num_hidden_layers", required=True), n_heads=n_heads,
+            n_kv_heads=keys.get("num_key_value_heads", n_heads), d_ff=keys.get("intermediate_size", required=True),
+            activation=_activation(keys, "hidden_act", "silu"), norm="rmsnorm", norm_eps=keys.get("rms_norm_eps", 1e-6),
+            ffn="swiglu", bias=keys.get("attention_bias", False), mlp_bias=keys.get("mlp_bias", False),
+            tie_embeddings=keys.get("tie_word_embeddings", False), pos_encoding="rope", rope_layout="half",
+            **_rope_options(keys),
+        )
+    else:  # gpt_neox
+        d_model = keys.get("hidden_size", required=True)
+        keys.expect("use_parallel_residual", {False}, True)
+        out = GPTConfig(
+            vocab_size=keys.get("vocab_size", required=True), context_length=keys.get("max_position_embeddings", 2048),
+            d_model=d_model, n_layers=keys.get("num_hidden_layers", required=True),
+            n_heads=keys.get("num_attention_heads", required=True), d_ff=keys.get("intermediate_size", 4 * d_model),
+            activation=_activation(keys, "hidden_act", "gelu"), norm_eps=keys.get("layer_norm_eps", 1e-5),
+            bias=keys.get("attention_bias", True), mlp_bias=True, tie_embeddings=keys.get("tie_word_embeddings", False),
+            pos_encoding="rope", rope_layout="half", **_rope_options(keys, default_fraction=0.25),
+        )
+    keys.check_all_used()
+    return out
+
+
+def _strip_prefix(state_dict: dict, prefixes: tuple[str, ...]) -> dict:
+    out = {}
+    for name, tensor in state_dict.items():
+        for prefix in prefixes:
+            if name.startswith(prefix):
+                name = name[len(prefix):]
+                break
+        out[name] = tensor
+    return out
+
+
+def _gpt2_weights(sd: dict, c: GPTConfig) -> tuple[dict, torch.Tensor | None, dict]:
+    """GPT-2's ``Conv1D`` stores ``(in, out)`` matrices (``y = x W + b``), and ``c_attn`` holds q, k, v side by
+    side: transpose, and split into three."""
+    sd = _strip_prefix(sd, ("transformer.",))
+    out = {"tok_emb.weight": sd.pop("wte.weight"), "pos_emb.weight": sd.pop("wpe.weight"),
+           "norm_f.weight": sd.pop("ln_f.weight"), "norm_f.bias": sd.pop("ln_f.bias")}
+    head = sd.pop("lm_head.weight", None)
+    for i in range(c.n_layers):
+        p, q = f"h.{i}.", f"blocks.{i}."
+        for ours, theirs in (("norm1", "ln_1"), ("norm2", "ln_2")):
+            out[q + ours + ".weight"], out[q + ours + ".bias"] = sd.pop(p + theirs + ".weight"), sd.pop(p + theirs + ".bias")
+        w, b = sd.pop(p + "attn.c_attn.weight").t(), sd.pop(p + "attn.c_attn.bias")
+        for j, name in enumerate(("q_proj", "k_proj", "v_proj")):
+            out[q + f"attn.{name}.weight"] = w[j * c.d_model:(j + 1) * c.d_model]
+            out[q + f"attn.{name}.bias"] = b[j * c.d_model:(j + 1) * c.d_model]
+        for ours, theirs in (("attn.o_proj", "attn.c_proj"), ("ffn.w1", "mlp.c_fc"), ("ffn.w2", "mlp.c_proj")):
+            out[q + ours + ".weight"], out[q + ours + ".bias"] = sd.pop(p + theirs + ".weight").t(), sd.pop(p + theirs + ".bias")
+        for buffer in ("attn.bias", "attn.masked_bias"):  # causal-mask buffers of old checkpoints
+            sd.pop(p + buffer, None)
+    return out, head, sd
+
+
+def _llama_weights(sd: dict, c: GPTConfig) -> tuple[dict, torch.Tensor | None, dict]:
+    sd = _strip_prefix(sd, ("model.",))
+    out = {"tok_emb.weight": sd.pop("embed_tokens.weight"), "norm_f.weight": sd.pop("norm.weight")}
+    head = sd.pop("lm_head.weight", None)
+    names = {"input_layernorm": "norm1", "post_attention_layernorm": "norm2", "self_attn.q_proj": "attn.q_proj",
+             "self_attn.k_proj": "attn.k_proj", "self_attn.v_proj": "attn.v_proj", "self_attn.o_proj": "attn.o_proj",
+             "mlp.gate_proj": "ffn.w1", "mlp.up_proj": "ffn.w3", "mlp.down_proj": "ffn.w2"}
+    for i in range(c.n_layers):
+        for theirs, ours in names.items():
+            out[f"blocks.{i}.{ours}.weight"] = sd.pop(f"layers.{i}.{theirs}.weight")
+            if f"layers.{i}.{theirs}.bias" in sd:  # attention_bias / mlp_bias
+                out[f"blocks.{i}.{ours}.bias"] = sd.pop(f"layers.{i}.{theirs}.bias")
+        sd.pop(f"layers.{i}.self_attn.rotary_emb.inv_freq", None)  # a buffer in old checkpoints
+    return out, head, sd
+
+
+def _neox_weights(sd: dict, c: GPTConfig) -> tuple[dict, torch.Tensor | None, dict]:
+    """GPT-NeoX fuses q, k, v per head: the rows of ``query_key_value`` are ``(head, [q|k|v], d_head)``."""
+    sd = _strip_prefix(sd, ("gpt_neox.",))
+    out = {"tok_emb.weight": sd.pop("embed_in.weight"), "norm_f.weight": sd.pop("final_layer_norm.weight"),
+           "norm_f.bias": sd.pop("final_layer_norm.bias")}
+    head = sd.pop("embed_out.weight", sd.pop("lm_head.weight", None))  # transformers 5 names it lm_head
+    names = {"input_layernorm": "norm1", "post_attention_layernorm": "norm2", "attention.dense": "attn.o_proj",
+             "mlp.dense_h_to_4h": "ffn.w1", "mlp.dense_4h_to_h": "ffn.w2"}
+    for i in range(c.n_layers):
+        p, q = f"layers.{i}.", f"blocks.{i}."
+        for theirs, ours in names.items():
+            out[q + ours + ".weight"] = sd.pop(p + theirs + ".weight")
+            if p + theirs + ".bias" in sd:  # attention_bias
+                out[q + ours + ".bias"] = sd.pop(p + theirs + ".bias")
+        for kind in ("weight", "bias"):
+            key = p + "attention.query_key_value." + kind
+            if kind == "weight" or key in sd:
+                fused = sd.pop(key).reshape(c.n_heads, 3, c.d_head, -1)
+                for j, name in enumerate(("q_proj", "k_proj", "v_proj")):
+                    part = fused[:, j].reshape(c.d_model, -1)
+                    out[q + f"attn.{name}.{kind}"] = part if kind == "weight" else part.reshape(-1)
+        for buffer in ("attention.bias", "attention.masked_bias", "attention.rotary_emb.inv_freq"):
+            sd.pop(p + buffer, None)
+    return out, head, sd
+
+
+_WEIGHT_MAPS = {"gpt2": _gpt2_weights, "llama": _llama_weights, "gpt_neox": _neox_weights}
+
+
+def load_hf_state_dict(state_dict: dict, config: dict) -> GPT:
+    """A :class:`GPT` holding the weights of a transformers checkpoint, in eval mode and in the weights' dtype.
+
+    ``state_dict``: the checkpoint's tensors (the names of ``GPT2LMHeadModel``/``LlamaForCausalLM``/
+    ``GPTNeoXForCausalLM``, with or without the base-model prefix); ``config``: its ``config.json`` as a dict,
+    with RoPE settings as ``rope_theta`` + ``rope_scaling`` or as transformers 5's ``rope_parameters``.
+    Raises ``ValueError`` naming unsupported config keys, and missing, unexpected or mis-shaped tensors.
+    """
+    return _build(state_dict, config, copy=True)
+
+
+def _build(state_dict: dict, config: dict, copy: bool) -> GPT:
+    """``load_hf_state_dict``; ``copy=False`` lets the model own the given tensors (a freshly read file)."""
+    gpt_config = config_from_hf(config)
+    tensors = {name: t.detach().clone() if copy else t for name, t in state_dict.items()}
+    floating = [t.dtype for t in tensors.values() if torch.is_tensor(t) and t.is_floating_point()]
+    try:
+        mapped, head, left = _WEIGHT_MAPS[config["model_type"]](tensors, gpt_config)
+    except KeyError as err:
+        raise ValueError(f"the state dict has no tensor {err.args[0]!r}, which a {config['model_type']} checkpoint "
+                         f"with {gpt_config.n_layers} layers has") from None
+    if left:
+        raise ValueError(f"unexpected tensors in the state dict: {sorted(left)[:10]}")
+    if not gpt_config.tie_embeddings:
+        if head is None:
+            raise ValueError("the config has tie_word_embeddings=False but the state dict has no output-layer weight")
+        mapped["lm_head.weight"] = head
+    with torch.device("meta"):
+        model = GPT(gpt_config)
+    expected = model.state_dict()
+    if gpt_config.tie_embeddings:
+        expected.pop("lm_head.weight")
+    missing, extra = sorted(set(expected) - set(mapped)), sorted(set(mapped) - set(expected))
+    if missing or extra:
+        raise ValueError(f"the checkpoint does not fit the config: missing {missing[:10]}, unexpected {extra[:10]}")
+    for name, tensor in mapped.items():
+        if tuple(tensor.shape) != tuple(expected[name].shape):
+            raise ValueError(f"tensor {name} has shape {tuple(tensor.shape)} but the config implies "
+                             f"{tuple(expected[name].shape)}")
+    model.load_state_dict({name: t.contiguous() for name, t in mapped.items()}, strict=False, assign=True)
+    if gpt_config.tie_embeddings:
+        model.lm_head.weight = model.tok_emb.weight
+    model.to(floating[0] if floating else torch.float32)
+    return model.eval()
+
+
+def load_pretrained(path: str | Path) -> GPT:
+    """A :class:`GPT` from a local checkpoint folder: ``config.json`` and one or more ``*.safetensors`` files
+    (shards are all read). Nothing is downloaded; a missing file raises ``FileNotFoundError`` naming it."""
+    from safetensors.torch import load_file
+
+    folder = Path(path)
+    config_path = folder / "config.json"
+    if not config_path.is_file():
+        raise FileNotFoundError(f"{config_path} is missing: load_pretrained needs a folder with config.json")
+    shards = sorted(folder.glob("*.safetensors"))
+    if not shards:
+        raise FileNotFoundError(f"no *.safetensors file in {folder}")
+    try:
+        config = json.loads(config_path.read_text())
+    except json.JSONDecodeError as err:
+        raise ValueError(f"{config_path} is not valid JSON: {err}") from None
+    state_dict = {}
+    for shard in shards:
+        state_dict.update(load_file(str(shard)))
+    return _build(state_dict, config, copy=False)
