@@ -19,7 +19,7 @@ DEB_STAMP   := $(VENV)/.system-packages
 NPM_STAMP   := node_modules/.installed
 MATHJAX     := _build/assets/mathjax/tex-chtml.js
 
-.PHONY: help setup book test test-lib lab assignments grade bench experiments clean
+.PHONY: help setup book test test-lib test-gpu lab assignments grade bench experiments clean
 
 help:
 	@echo "make book         set up, then build the book into _build/html"
@@ -28,6 +28,7 @@ help:
 	@echo "make assignments  regenerate exercises/ from solutions/ (nbgrader)"
 	@echo "make grade        grade the demo submissions in autograder/demo/ (sandboxed)"
 	@echo "make bench        run the benchmarks (each prints a ratio against a named peer)"
+	@echo "make test-gpu     CUDA tests + GPU attention benchmark (book/data); skips without CUDA, no setup"
 	@echo "make experiments  rerun the experiments whose results the book reads from book/data"
 	@echo "make clean        remove build outputs (keeps .venv and node_modules)"
 
@@ -78,6 +79,14 @@ test: book $(TEST_STAMP)
 
 test-lib: $(TEST_STAMP)
 	$(PY) -m pytest tests --ignore=tests/test_book.py
+
+# No setup (no apt, npm or pip): on a GPU machine the venv may be absent, and then the machine's own python3 (with
+# torch, triton and pytest) runs it, with lib/ on PYTHONPATH. Without CUDA the tests are skipped with their reason
+# and the benchmark prints one line; both exit 0.
+GPU_PY ?= $(shell [ -x $(PY) ] && echo $(PY) || echo python3)
+test-gpu:
+	PYTHONPATH=$(CURDIR)/lib$${PYTHONPATH:+:$$PYTHONPATH} $(GPU_PY) -m pytest -m cuda -ra tests/test_efficient_attention.py
+	PYTHONPATH=$(CURDIR)/lib$${PYTHONPATH:+:$$PYTHONPATH} $(GPU_PY) benchmarks/bench_attention_gpu.py --csv book/data/attention_gpu_benchmark.csv
 
 lab: setup
 	mkdir -p exercises

@@ -143,3 +143,24 @@ def test_early_stopping_none_is_the_shrinking_beam(models, seed):
 def test_early_stopping_is_validated(bad):
     with pytest.raises(ValueError, match="early_stopping"):
         beam_search(lambda seq: torch.zeros(4), [0], 2, 3, early_stopping=bad)
+
+
+@pytest.mark.parametrize("early_stopping", [True, False, "never"])
+def test_beam_search_on_a_loaded_llmarch_model_matches_transformers(models, early_stopping):
+    """The same comparison with llmarch's own GPT, loaded from the transformers model's weights."""
+    from llmarch.decoding import gpt_next_logprobs
+    from llmarch.model import load_hf_state_dict
+
+    hf = models[1]
+    ours = load_hf_state_dict(hf.state_dict(), hf.config.to_dict())
+    float64_logprobs = gpt_next_logprobs(ours)
+
+    def next_logprobs(seq):  # rounded to float32 as transformers rounds its scores, so near-ties order alike
+        return float64_logprobs(seq).float().double()
+
+    for prompt in PROMPTS:
+        got = beam_search(next_logprobs, prompt, 3, MAX_NEW, eos_id=EOS, length_penalty=1.0,
+                          early_stopping=early_stopping)
+        expected = _hf_beam_search(hf, prompt, 3, 1.0, early_stopping)
+        assert [seq for seq, _ in got] == [seq for seq, _ in expected]
+        assert [s for _, s in got] == pytest.approx([s for _, s in expected], rel=1e-5, abs=1e-5)

@@ -240,3 +240,40 @@ def test_presets_have_the_published_parameter_counts(make, published):
 def test_swiglu_hidden_size_is_llamas():
     assert swiglu_hidden_size(4096) == 11008  # Llama 2 7B's intermediate_size
     assert swiglu_hidden_size(4096, multiple_of=1024, ffn_dim_multiplier=1.3) == 14336  # Llama 3 8B's
+
+
+# Published config.json files (as the hub serves them), in the older form with rope_scaling and rope_theta.
+GPT2_CONFIG_JSON = {
+    "activation_function": "gelu_new", "architectures": ["GPT2LMHeadModel"], "attn_pdrop": 0.1, "bos_token_id": 50256,
+    "embd_pdrop": 0.1, "eos_token_id": 50256, "initializer_range": 0.02, "layer_norm_epsilon": 1e-05,
+    "model_type": "gpt2", "n_ctx": 1024, "n_embd": 768, "n_head": 12, "n_layer": 12, "n_positions": 1024,
+    "resid_pdrop": 0.1, "summary_activation": None, "summary_first_dropout": 0.1, "summary_proj_to_labels": True,
+    "summary_type": "cls_index", "summary_use_proj": True,
+    "task_specific_params": {"text-generation": {"do_sample": True, "max_length": 50}}, "vocab_size": 50257,
+}
+LLAMA_2_7B_CONFIG_JSON = {
+    "architectures": ["LlamaForCausalLM"], "bos_token_id": 1, "eos_token_id": 2, "hidden_act": "silu",
+    "hidden_size": 4096, "initializer_range": 0.02, "intermediate_size": 11008, "max_position_embeddings": 4096,
+    "model_type": "llama", "num_attention_heads": 32, "num_hidden_layers": 32, "num_key_value_heads": 32,
+    "pretraining_tp": 1, "rms_norm_eps": 1e-05, "rope_scaling": None, "tie_word_embeddings": False,
+    "torch_dtype": "float16", "transformers_version": "4.31.0.dev0", "use_cache": True, "vocab_size": 32000,
+}
+LLAMA_31_8B_CONFIG_JSON = {
+    "architectures": ["LlamaForCausalLM"], "attention_bias": False, "attention_dropout": 0.0, "bos_token_id": 128000,
+    "eos_token_id": 128001, "hidden_act": "silu", "hidden_size": 4096, "initializer_range": 0.02,
+    "intermediate_size": 14336, "max_position_embeddings": 131072, "mlp_bias": False, "model_type": "llama",
+    "num_attention_heads": 32, "num_hidden_layers": 32, "num_key_value_heads": 8, "pretraining_tp": 1,
+    "rms_norm_eps": 1e-05, "rope_scaling": {"factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                                            "original_max_position_embeddings": 8192, "rope_type": "llama3"},
+    "rope_theta": 500000.0, "tie_word_embeddings": False, "torch_dtype": "bfloat16",
+    "transformers_version": "4.42.3", "use_cache": True, "vocab_size": 128256,
+}
+
+
+@pytest.mark.parametrize("published,preset", [
+    (GPT2_CONFIG_JSON, lambda: gpt2_config()),
+    (LLAMA_2_7B_CONFIG_JSON, lambda: llama_config("llama-2-7b")),
+    (LLAMA_31_8B_CONFIG_JSON, lambda: llama_config("llama-3.1-8b")),
+])
+def test_published_configs_read_as_the_presets(published, preset):
+    assert config_from_hf(published) == preset()

@@ -153,7 +153,7 @@ def llama_config(name: str = "llama-3-8b", **overrides) -> GPTConfig:
         raise ValueError(f"unknown Llama configuration {name!r}: use one of {sorted(_LLAMA_SIZES)}")
     vocab, context, d_model, n_layers, n_heads, n_kv, d_ff, base, scaling = _LLAMA_SIZES[name]
     config = GPTConfig(vocab_size=vocab, context_length=context, d_model=d_model, n_layers=n_layers, n_heads=n_heads,
-                       n_kv_heads=n_kv, d_ff=d_ff, norm="rmsnorm", norm_eps=1e-5, ffn="swiglu", bias=False,
+                       n_kv_heads=n_kv, d_ff=d_ff, norm="rmsnorm", norm_eps=1e-5, ffn="swiglu", activation="silu", bias=False,
                        tie_embeddings=False, pos_encoding="rope", rope_base=base, rope_layout="half",
                        rope_scaling=scaling)
     return dataclasses.replace(config, **overrides)

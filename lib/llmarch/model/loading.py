@@ -111,18 +111,19 @@ def config_from_hf(config: dict) -> GPTConfig:
         out = GPTConfig(
             vocab_size=keys.get("vocab_size", required=True), context_length=keys.get("n_positions", 1024),
             d_model=d_model, n_layers=keys.get("n_layer", required=True), n_heads=keys.get("n_head", required=True),
-            d_ff=keys.get("n_inner") or 4 * d_model, activation=_activation(keys, "activation_function", "gelu_new"),
+            d_ff=keys.get("n_inner"), activation=_activation(keys, "activation_function", "gelu_new"),
             norm_eps=keys.get("layer_norm_epsilon", 1e-5), tie_embeddings=keys.get("tie_word_embeddings", True),
         )
     elif model_type == "llama":
         d_model, n_heads = keys.get("hidden_size", required=True), keys.get("num_attention_heads", required=True)
         keys.expect("head_dim", {None, d_model // n_heads}, None)
+        bias, mlp_bias = keys.get("attention_bias", False), keys.get("mlp_bias", False)
         out = GPTConfig(
             vocab_size=keys.get("vocab_size", required=True), context_length=keys.get("max_position_embeddings", 2048),
             d_model=d_model, n_layers=keys.get("num_hidden_layers", required=True), n_heads=n_heads,
             n_kv_heads=keys.get("num_key_value_heads", n_heads), d_ff=keys.get("intermediate_size", required=True),
             activation=_activation(keys, "hidden_act", "silu"), norm="rmsnorm", norm_eps=keys.get("rms_norm_eps", 1e-6),
-            ffn="swiglu", bias=keys.get("attention_bias", False), mlp_bias=keys.get("mlp_bias", False),
+            ffn="swiglu", bias=bias, mlp_bias=None if mlp_bias == bias else mlp_bias,
             tie_embeddings=keys.get("tie_word_embeddings", False), pos_encoding="rope", rope_layout="half",
             **_rope_options(keys),
         )
@@ -134,7 +135,7 @@ def config_from_hf(config: dict) -> GPTConfig:
             d_model=d_model, n_layers=keys.get("num_hidden_layers", required=True),
             n_heads=keys.get("num_attention_heads", required=True), d_ff=keys.get("intermediate_size", 4 * d_model),
             activation=_activation(keys, "hidden_act", "gelu"), norm_eps=keys.get("layer_norm_eps", 1e-5),
-            bias=keys.get("attention_bias", True), mlp_bias=True, tie_embeddings=keys.get("tie_word_embeddings", False),
+            bias=keys.get("attention_bias", True), mlp_bias=None if keys.get("attention_bias", True) else True, tie_embeddings=keys.get("tie_word_embeddings", False),
             pos_encoding="rope", rope_layout="half", **_rope_options(keys, default_fraction=0.25),
         )
     keys.check_all_used()
