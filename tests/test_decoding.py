@@ -163,3 +163,18 @@ def test_generate_pads_finished_rows_with_eos(gpt):
         if 0 in row[2:]:
             first = row.index(0, 2)
             assert all(t == 0 for t in row[first:])
+
+
+def test_contrastive_decoding_on_a_worked_example():
+    """Li et al. (2023): argmax of log p_expert - log p_amateur over V_head = {p_expert >= alpha max p_expert}."""
+    from llmarch.decoding import contrastive_decoding
+
+    expert = torch.tensor([0.5, 0.3, 0.15, 0.05]).log()
+    amateur = torch.tensor([0.6, 0.1, 0.299, 0.001]).log()
+    # ratios p_e / p_a: 0.83, 3.0, 0.50, 50.0
+    run = lambda alpha: contrastive_decoding(lambda s: expert, lambda s: amateur, [0], 1, alpha=alpha)[-1]
+    assert run(0.2) == 1      # V_head = {0, 1, 2}: token 3 (ratio 50) is implausible for the expert
+    assert run(0.05) == 3     # V_head = all four
+    assert run(0.9) == 0      # V_head = {0}: the expert's greedy choice
+    with pytest.raises(ValueError, match="alpha"):
+        contrastive_decoding(lambda s: expert, lambda s: amateur, [0], 1, alpha=0.0)

@@ -30,6 +30,7 @@ __all__ = [
     "beam_search",
     "exhaustive_search",
     "contrastive_search",
+    "contrastive_decoding",
     "gpt_next_logprobs",
     "gpt_hidden_states",
     "generate",
@@ -237,6 +238,32 @@ def exhaustive_search(next_logprobs: NextLogprobs, prompt: list[int], max_new_to
                     grown.append((extended, total))
         frontier = grown
     return best, best_score
+
+
+def contrastive_decoding(expert_logprobs: NextLogprobs, amateur_logprobs: NextLogprobs, prompt: list[int],
+                         max_new_tokens: int, alpha: float = 0.1, eos_id: int | None = None) -> list[int]:
+    """Contrastive decoding (Li et al., 2023), greedy: two models, an *expert* and a weaker *amateur*.
+    Book: Decoding, "Contrastive search".
+
+    Each step appends ``argmax_{v in V_head} log p_expert(v) - log p_amateur(v)`` over the plausible tokens
+    ``V_head = {v : p_expert(v) >= alpha * max_w p_expert(w)}`` (the adaptive plausibility constraint, which keeps
+    the amateur from promoting tokens the expert finds implausible). ``alpha = 1`` is the expert's greedy
+    search. Ties go to the lower token id. Not to be confused with :func:`contrastive_search` (one model).
+    """
+    seq = _check_prompt(prompt, max_new_tokens)
+    if not 0 < alpha <= 1:
+        raise ValueError(f"alpha must be in (0, 1], got {alpha}")
+    for _ in range(max_new_tokens):
+        expert, amateur = expert_logprobs(seq), amateur_logprobs(seq)
+        if expert.shape != amateur.shape:
+            raise ValueError(f"the expert gives {tuple(expert.shape)} log-probabilities but the amateur "
+                             f"{tuple(amateur.shape)}: they need the same vocabulary")
+        plausible = expert >= expert.max() + math.log(alpha)
+        token = int(torch.where(plausible, expert - amateur, -torch.inf).argmax())
+        seq.append(token)
+        if token == eos_id:
+            break
+    return seq
 
 
 def contrastive_search(next_logprobs: NextLogprobs, hidden_states: Callable[[list], torch.Tensor], prompt: list[int],
