@@ -854,6 +854,112 @@ variant(PS6, "Chinchilla fit by least squares (no Huber loss)", "chinchilla_fit"
             "def chinchilla_fit(N, D, loss, delta=1e-3):", "def chinchilla_fit(N, D, loss, delta=1.0):"))
 
 # ---------------------------------------------------------------------------------------------------------------
+# ps7-modern
+# ---------------------------------------------------------------------------------------------------------------
+PS7 = "ps7-modern"
+RMS = {"test_rms_norm", "test_rms_norm_eps"}
+SWIGLU = {"test_swiglu", "test_swiglu_batched"}
+ROPE = {"test_rope", "test_rope_offset"}
+GQA7 = {"test_gqa", "test_gqa_cache"}
+LLAMA3 = {"test_llama3", "test_llama3_factors"}
+
+rms_with = template(PS7, "rms_norm", """
+def rms_norm(x, weight, eps=1e-6):
+    x = np.asarray(x, dtype=float)
+    return np.asarray(weight, dtype=float) * {centred} / {denominator}
+""", centred="x", denominator="np.sqrt(np.mean(x**2, axis=-1, keepdims=True) + eps)")
+variant(PS7, "RMSNorm that subtracts the mean (LayerNorm)", "rms_norm", RMS,
+        rms_with(centred="(x - x.mean(axis=-1, keepdims=True))",
+                 denominator="np.sqrt(np.var(x, axis=-1, keepdims=True) + eps)"))
+variant(PS7, "RMSNorm with eps outside the square root", "rms_norm", {"test_rms_norm_eps"},
+        rms_with(denominator="(np.sqrt(np.mean(x**2, axis=-1, keepdims=True)) + eps)"))
+variant(PS7, "RMSNorm without eps", "rms_norm", {"test_rms_norm_eps"},
+        rms_with(denominator="np.sqrt(np.mean(x**2, axis=-1, keepdims=True))"))
+variant(PS7, "RMSNorm with the root of the sum instead of the mean", "rms_norm", RMS,
+        rms_with(denominator="np.sqrt(np.sum(x**2, axis=-1, keepdims=True) + eps)"))
+variant(PS7, "RMSNorm over axis 0", "rms_norm", RMS,
+        rms_with(denominator="np.sqrt(np.mean(x**2, axis=0, keepdims=True) + eps)"))
+swiglu_with = template(PS7, "swiglu", """
+def swiglu(x, w_gate, w_up, w_down):
+    gate, up = {projections}
+    return ({activation} * up) @ w_down.T
+""", projections="x @ w_gate.T, x @ w_up.T", activation="gate / (1.0 + np.exp(-gate))")
+variant(PS7, "SwiGLU with gate and up swapped", "swiglu", SWIGLU, swiglu_with(projections="x @ w_up.T, x @ w_gate.T"))
+variant(PS7, "SwiGLU with GELU instead of SiLU (GeGLU)", "swiglu", SWIGLU, swiglu_with(
+    activation="0.5 * gate * (1 + np.tanh(np.sqrt(2 / np.pi) * (gate + 0.044715 * gate**3)))"))
+variant(PS7, "SwiGLU with a sigmoid gate (GLU)", "swiglu", SWIGLU,
+        swiglu_with(activation="1.0 / (1.0 + np.exp(-gate))"))
+variant(PS7, "SwiGLU flattens the leading axes", "swiglu", {"test_swiglu_batched"}, """
+def swiglu(x, w_gate, w_up, w_down):
+    x2 = x.reshape(-1, x.shape[-1])
+    gate = x2 @ w_gate.T
+    return (gate / (1.0 + np.exp(-gate)) * (x2 @ w_up.T)) @ w_down.T
+""")
+rope_with = template(PS7, "rope_rotate_half", """
+def rope_rotate_half(x, positions, base=10000.0):
+    d = x.shape[-1]
+    theta = {theta}
+    angle = np.asarray({positions}, dtype=float)[:, None] * theta
+    cos, sin = np.cos(angle), np.sin(angle)
+    a, b = {pairs}
+    return {combine}
+""", theta="base ** (-np.arange(0, d, 2) / d)", positions="positions", pairs="x[..., : d // 2], x[..., d // 2:]",
+    combine="np.concatenate([a * cos - b * sin, a * sin + b * cos], axis=-1)")
+variant(PS7, "RoPE interleaved instead of rotate-half", "rope_rotate_half", ROPE, rope_with(
+    pairs="x[..., 0::2], x[..., 1::2]",
+    combine="np.stack([a * cos - b * sin, a * sin + b * cos], axis=-1).reshape(x.shape)"))
+variant(PS7, "RoPE ignores positions (starts at 0)", "rope_rotate_half", {"test_rope_offset"},
+        rope_with(positions="np.arange(x.shape[-2])"))
+variant(PS7, "RoPE rotates the other way", "rope_rotate_half", ROPE,
+        rope_with(combine="np.concatenate([a * cos + b * sin, b * cos - a * sin], axis=-1)"))
+variant(PS7, "RoPE ignores base", "rope_rotate_half", ROPE, rope_with(theta="10000.0 ** (-np.arange(0, d, 2) / d)"))
+variant(PS7, "RoPE with theta_i = base^(-i/d)", "rope_rotate_half", ROPE,
+        rope_with(theta="base ** (-np.arange(d // 2) / d)"))
+gqa7_with = template(PS7, "grouped_query_attention", """
+def grouped_query_attention(q, k, v, is_causal=True):
+    g = q.shape[1] // k.shape[1]
+    T, T_k = q.shape[2], k.shape[2]
+    mask = {mask} if {causal} else None
+    return dense_attention(q, {kv}, mask=mask)
+""", mask="np.arange(T_k)[None, :] <= np.arange(T)[:, None] + (T_k - T)", causal="is_causal",
+    kv="np.repeat(k, g, axis=1), np.repeat(v, g, axis=1)")
+variant(PS7, "grouped-query heads interleaved (tile instead of repeat)", "grouped_query_attention", GQA7,
+        gqa7_with(kv="np.tile(k, (1, g, 1, 1)), np.tile(v, (1, g, 1, 1))"))
+variant(PS7, "grouped-query causal mask aligned at the top left", "grouped_query_attention", {"test_gqa_cache"},
+        gqa7_with(mask="np.arange(T_k)[None, :] <= np.arange(T)[:, None]"))
+variant(PS7, "grouped-query attention always causal", "grouped_query_attention", {"test_gqa"},
+        gqa7_with(causal="True"))
+variant(PS7, "grouped-query mask hides the query's own position", "grouped_query_attention", GQA7,
+        gqa7_with(mask="np.arange(T_k)[None, :] < np.arange(T)[:, None] + (T_k - T)"))
+variant(PS7, "grouped-query attention without the 1/sqrt(d) scale", "grouped_query_attention", GQA7, """
+def grouped_query_attention(q, k, v, is_causal=True):
+    g = q.shape[1] // k.shape[1]
+    T, T_k = q.shape[2], k.shape[2]
+    mask = np.arange(T_k)[None, :] <= np.arange(T)[:, None] + (T_k - T) if is_causal else None
+    return dense_attention(q * np.sqrt(q.shape[-1]), np.repeat(k, g, axis=1), np.repeat(v, g, axis=1), mask=mask)
+""")
+llama3_with = template(PS7, "llama3_inv_freq", """
+def llama3_inv_freq(d, base=500000.0, factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0,
+                    original_max_position_embeddings=8192):
+    theta = base ** (-np.arange(0, d, 2) / d)
+    wavelength = 2 * np.pi / theta
+    L0 = original_max_position_embeddings
+    low, high = {factors}
+    gamma = (L0 / wavelength - low) / (high - low)
+    blended = {blended}
+    return np.where(wavelength < L0 / {keep}, theta, np.where(wavelength > L0 / {divide}, theta / factor, blended))
+""", factors="low_freq_factor, high_freq_factor", blended="(1 - gamma) * theta / factor + gamma * theta",
+    keep="high", divide="low")
+variant(PS7, "llama3 with the boundaries swapped", "llama3_inv_freq", LLAMA3, llama3_with(keep="low", divide="high"))
+variant(PS7, "llama3 without smoothing (middle divided)", "llama3_inv_freq", LLAMA3,
+        llama3_with(blended="theta / factor"))
+variant(PS7, "llama3 without smoothing (middle kept)", "llama3_inv_freq", LLAMA3, llama3_with(blended="theta"))
+variant(PS7, "llama3 with the blend weights swapped", "llama3_inv_freq", LLAMA3,
+        llama3_with(blended="gamma * theta / factor + (1 - gamma) * theta"))
+variant(PS7, "llama3 ignores low_freq_factor and high_freq_factor", "llama3_inv_freq", {"test_llama3_factors"},
+        llama3_with(factors="1.0, 4.0"))
+
+# ---------------------------------------------------------------------------------------------------------------
 # The in-process harness
 # ---------------------------------------------------------------------------------------------------------------
 # The Chinchilla fit's reference (4500 L-BFGS starts) takes about a second per case: three seeds for those checks.
@@ -1073,6 +1179,7 @@ CLI_VARIANTS = {
     "ps4-decoding": "top-k keeps exactly k entries (ties at the threshold dropped)",
     "ps5-efficient": "online softmax drops a shorter last block",
     "ps6-scaling": "objective: least squares instead of Huber",
+    "ps7-modern": "RoPE ignores positions (starts at 0)",
 }
 
 

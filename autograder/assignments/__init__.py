@@ -10,6 +10,7 @@ ASSIGNMENTS = {
     "ps4-decoding": "autograder.assignments.ps4_decoding",
     "ps5-efficient": "autograder.assignments.ps5_efficient",
     "ps6-scaling": "autograder.assignments.ps6_scaling",
+    "ps7-modern": "autograder.assignments.ps7_modern",
 }
 
 

@@ -1,0 +1,205 @@
+"""Trusted checks of ps7-modern: fresh inputs for every hidden test cell, llmarch as the reference.
+
+The keys of ``CHECKS`` are the ``grade_id`` of the test cells in ``solutions/ps7-modern/ps7-modern.ipynb``.
+References: ``llmarch.layers.rms_norm``; ``llmarch.layers.SwiGLU`` with the three matrices copied in (``w1`` the
+gate, ``w3`` the up projection, ``w2`` the down projection); ``llmarch.positional.apply_rope(..., interleaved=False)``;
+grouped-query attention as ``MultiHeadAttention.attend`` computes it (key/value heads repeated with
+``repeat_interleave``) with the causal mask aligned at the bottom right (``causal_mask(T, T_k, offset=T_k - T)``);
+and ``llmarch.positional.rope_frequencies`` with ``rope_type="llama3"``.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+
+from autograder.checks import Case, Check
+from llmarch.attention import causal_mask, scaled_dot_product_attention
+from llmarch.layers import SwiGLU, rms_norm
+from llmarch.positional import apply_rope, rope_frequencies
+
+NOTEBOOK = "ps7-modern.ipynb"
+TRUSTED_CALLABLES: dict = {}
+
+
+def _t(x):
+    return torch.as_tensor(np.asarray(x), dtype=torch.float64)
+
+
+# --- references ---------------------------------------------------------------------------------------------
+
+
+def ref_rms_norm(x, weight, eps=1e-6):
+    return rms_norm(_t(x), _t(weight), eps=float(eps)).numpy()
+
+
+def ref_swiglu(x, w_gate, w_up, w_down):
+    d_ff, d = w_gate.shape
+    ffn = SwiGLU(d, d_ff).to(torch.float64)
+    with torch.no_grad():
+        ffn.w1.weight.copy_(_t(w_gate))
+        ffn.w3.weight.copy_(_t(w_up))
+        ffn.w2.weight.copy_(_t(w_down))
+        return ffn(_t(x)).numpy()
+
+
+def ref_rope(x, positions, base=10000.0):
+    return apply_rope(_t(x), torch.as_tensor(np.asarray(positions)), base=float(base), interleaved=False).numpy()
+
+
+def ref_gqa(q, k, v, is_causal=True):
+    q, k, v = _t(q), _t(k), _t(v)
+    group = q.shape[1] // k.shape[1]
+    k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
+    t, t_k = q.shape[-2], k.shape[-2]
+    mask = causal_mask(t, t_k, offset=t_k - t) if is_causal else None  # query i at position t_k - t + i
+    return scaled_dot_product_attention(q, k, v, mask=mask).numpy()
+
+
+def ref_llama3(d, base=500000.0, factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0,
+               original_max_position_embeddings=8192):
+    scaling = {"rope_type": "llama3", "factor": float(factor), "low_freq_factor": float(low_freq_factor),
+               "high_freq_factor": float(high_freq_factor),
+               "original_max_position_embeddings": original_max_position_embeddings}
+    inv_freq, _ = rope_frequencies(int(d), float(base), scaling)
+    return inv_freq.numpy()
+
+
+# --- fresh inputs -------------------------------------------------------------------------------------------
+
+# Every `cases` function below starts with deterministic edge cases (the same for every seed), built so that each
+# known wrong variant of tests/test_wrong_variants.py fails them every time; random cases come in addition.
+
+
+def _rows_with_rms(rng, shape, low, high):
+    """Random rows with a non-zero mean (so centring changes them) and an RMS between ``low`` and ``high``."""
+    z = rng.normal(size=shape) + rng.choice([-1.0, 1.0]) * rng.uniform(0.5, 1.5)
+    return z / np.sqrt(np.mean(z**2, axis=-1, keepdims=True)) * rng.uniform(low, high, size=shape[:-1] + (1,))
+
+
+def _rms_norm(rng):
+    # RMS between 1 and 4 with eps = 1e-6 or 0: putting eps outside the square root changes the result by at most
+    # 5e-7 relative there (it is the small-input cell that tells the two apart)
+    d = int(rng.integers(4, 17))
+    worked = (np.array([1.0, 2.0, 2.0, 4.0]), np.array([1.0, 1.0, 0.5, 2.0]))
+    return [Case(worked, {"eps": 0.0}),
+            Case((_rows_with_rms(rng, (int(rng.integers(1, 3)), int(rng.integers(1, 5)), d), 1, 4), rng.normal(size=d))),
+            Case((_rows_with_rms(rng, (d,), 1, 4), rng.uniform(0.5, 2, size=d)), {"eps": 0.0}),
+            Case((np.full((2, 5), 3.0), np.ones(5)))]
+
+
+def _rms_norm_eps(rng):
+    d = int(rng.integers(2, 13))
+    return [Case((np.zeros((2, 4)), np.ones(4))),
+            Case((np.ones(4), np.ones(4)), {"eps": 3.0}),
+            Case((_rows_with_rms(rng, (3, d), 1e-4, 3e-3), rng.normal(size=d))),
+            Case((rng.normal(size=(2, d)), rng.normal(size=d)), {"eps": float(rng.uniform(0.1, 2.0))})]
+
+
+def _swiglu_weights(rng, d, d_ff):
+    return (rng.normal(size=(d_ff, d)), rng.normal(size=(d_ff, d)) / np.sqrt(d), rng.normal(size=(d, d_ff)) / np.sqrt(d_ff))
+
+
+def _swiglu(rng):
+    worked = (np.array([[1.0, 2.0]]), np.array([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]]),
+              np.array([[1.0, 1.0], [2.0, 0.0], [0.0, -1.0]]), np.array([[1.0, 0.0, 0.0], [0.0, 1.0, 1.0]]))
+    d, d_ff = int(rng.integers(2, 9)), int(rng.integers(3, 17))
+    return [Case(worked),
+            Case((rng.normal(size=(int(rng.integers(1, 7)), d)), *_swiglu_weights(rng, d, d_ff))),
+            Case((rng.normal(size=(5, 4)) * 3, *_swiglu_weights(rng, 4, 6)))]
+
+
+def _swiglu_batched(rng):
+    d, d_ff = int(rng.integers(2, 9)), int(rng.integers(3, 17))
+    return [Case((rng.normal(size=(2, int(rng.integers(1, 5)), d)), *_swiglu_weights(rng, d, d_ff))),
+            Case((rng.normal(size=d), *_swiglu_weights(rng, d, d_ff)))]
+
+
+def _unit_vectors(t):
+    x = np.zeros((1, 2, t, 4))
+    x[0, 0, :, 0] = x[0, 1, :, 1] = 1.0
+    return x
+
+
+def _rope(rng):
+    t, d = int(rng.integers(2, 9)), 2 * int(rng.integers(1, 9))
+    return [Case((_unit_vectors(101), np.arange(101))),
+            Case((rng.normal(size=(2, 3, 6, 8)), np.arange(6)), {"base": 100.0}),
+            Case((rng.normal(size=(int(rng.integers(1, 3)), int(rng.integers(1, 4)), t, d)), np.arange(t)),
+                 {"base": float(np.exp(rng.uniform(np.log(100), np.log(1e6))))}),
+            Case((rng.normal(size=(t, d)), np.arange(t)))]
+
+
+def _rope_offset(rng):
+    t, d = int(rng.integers(1, 6)), 2 * int(rng.integers(1, 9))
+    past = int(rng.integers(1, 100_000))
+    return [Case((rng.normal(size=(1, 2, 3, 8)), np.arange(6, 9)), {"base": 500.0}),
+            Case((_unit_vectors(1), np.array([100]))),
+            Case((rng.normal(size=(int(rng.integers(1, 3)), int(rng.integers(1, 4)), t, d)), np.arange(past, past + t)),
+                 {"base": float(np.exp(rng.uniform(np.log(100), np.log(1e6))))}),
+            Case((rng.normal(size=(2, 8)), rng.integers(1, 5000, size=2)))]
+
+
+def _heads(rng):
+    return [(4, 2), (6, 3), (6, 2), (8, 2), (4, 1), (3, 3)][int(rng.integers(0, 6))]
+
+
+def _gqa_inputs(rng, h, h_kv, t, t_k):
+    b, d, d_v = int(rng.integers(1, 3)), int(rng.integers(2, 9)), int(rng.integers(1, 6))
+    return rng.normal(size=(b, h, t, d)), rng.normal(size=(b, h_kv, t_k, d)), rng.normal(size=(b, h_kv, t_k, d_v))
+
+
+def _gqa(rng):
+    t = int(rng.integers(2, 8))
+    h, h_kv = _heads(rng)
+    return [Case(_gqa_inputs(rng, 6, 2, t, t)),  # h // g and h % H_kv differ
+            Case(_gqa_inputs(rng, 4, 1, 3, 6), {"is_causal": False}),
+            Case(_gqa_inputs(rng, 3, 3, 4, 4), {"is_causal": True}),
+            Case(_gqa_inputs(rng, h, h_kv, int(rng.integers(1, 7)), int(rng.integers(1, 9))), {"is_causal": False}),
+            Case(_gqa_inputs(rng, h, h_kv, t, t), {"is_causal": True})]
+
+
+def _gqa_cache(rng):
+    h, h_kv = _heads(rng)
+    t = int(rng.integers(1, 5))
+    return [Case(_gqa_inputs(rng, 4, 2, 2, 4)),
+            Case(_gqa_inputs(rng, 6, 3, 1, 5), {"is_causal": True}),
+            Case(_gqa_inputs(rng, h, h_kv, t, t + int(rng.integers(1, 9))), {"is_causal": True})]
+
+
+def _llama3_args(rng, low, high):
+    """A random configuration whose three regions (kept, divided, blended) all hold at least one pair."""
+    while True:
+        d = int(rng.choice([16, 32, 64, 128]))
+        base = float(np.exp(rng.uniform(np.log(1e4), np.log(1e6))))
+        original = int(round(2 * math.pi * base ** rng.uniform(0.2, 0.8)))
+        wavelength = 2 * math.pi * base ** (np.arange(0, d, 2) / d)
+        kept, divided = wavelength < original / high, wavelength > original / low
+        if kept.any() and divided.any() and not (kept | divided).all():
+            return (d, base, float(rng.uniform(2, 32)), low, high, original)
+
+
+def _llama3(rng):
+    return [Case((128, 500000.0, 8.0, 1.0, 4.0, 8192)), Case(_llama3_args(rng, 1.0, 4.0)),
+            Case(_llama3_args(rng, 1.0, 4.0))]
+
+
+def _llama3_factors(rng):
+    low = float(rng.uniform(0.5, 3.0))
+    return [Case((64, 10000.0, 4.0, 2.0, 8.0, 4096)), Case(_llama3_args(rng, low, low * float(rng.uniform(2, 8))))]
+
+
+CHECKS = {
+    "test_rms_norm": Check("rms_norm", _rms_norm, ref_rms_norm),
+    "test_rms_norm_eps": Check("rms_norm", _rms_norm_eps, ref_rms_norm),
+    "test_swiglu": Check("swiglu", _swiglu, ref_swiglu),
+    "test_swiglu_batched": Check("swiglu", _swiglu_batched, ref_swiglu),
+    "test_rope": Check("rope_rotate_half", _rope, ref_rope),
+    "test_rope_offset": Check("rope_rotate_half", _rope_offset, ref_rope),
+    "test_gqa": Check("grouped_query_attention", _gqa, ref_gqa),
+    "test_gqa_cache": Check("grouped_query_attention", _gqa_cache, ref_gqa),
+    "test_llama3": Check("llama3_inv_freq", _llama3, ref_llama3),
+    "test_llama3_factors": Check("llama3_inv_freq", _llama3_factors, ref_llama3),
+}
