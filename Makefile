@@ -110,6 +110,7 @@ experiments: $(PY_STAMP)
 	$(PY) benchmarks/bench_kv_cache.py --csv book/data/kv_cache_timing.csv
 	$(PY) benchmarks/bench_attention.py --csv book/data/attention_benchmark.csv
 	$(PY) book/experiments/scaling_study.py
+	$(PY) book/experiments/modern_decoder.py
 	@# the execution cache keys on a chapter's code, not on the data it reads: drop it so the book shows the new results
 	rm -rf _build/.jupyter_cache
 
