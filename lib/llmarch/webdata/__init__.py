@@ -1,0 +1,1 @@
+"""Pretraining data: from WARC files to clean, deduplicated text (placeholder; being written)."""
