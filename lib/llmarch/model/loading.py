@@ -1,29 +1,32 @@
-"""Loading official checkpoints (transformers' GPT-2, Llama and GPT-NeoX layouts) into :class:`GPT`.
+"""Loading official checkpoints (transformers' GPT-2, Llama and GPT-NeoX layouts into :class:`GPT`; BERT's into
+:class:`BertForMaskedLM`, :class:`BertForSequenceClassification` or :class:`BertForQuestionAnswering`).
 
-Book: From GPT-2 to Llama 3, "Loading a real checkpoint".
+Book: From GPT-2 to Llama 3, "Loading a real checkpoint". Book: Pretraining objectives, "The BERT encoder".
 
-``config_from_hf(config_dict)`` reads a checkpoint's ``config.json`` (as a dict) into a :class:`GPTConfig`;
-``load_hf_state_dict(state_dict, config_dict)`` renames (and, for GPT-2's ``Conv1D`` and fused projections,
-transposes and splits) the weights into a ``GPT``; ``load_pretrained(path)`` does both for a local folder of
-``config.json`` and ``*.safetensors`` files. Nothing is downloaded. Every config key is either used, checked
-against the one value this library implements, or known to be irrelevant to the forward pass (metadata and
-training-only settings); any other key raises ``ValueError`` naming it, so a checkpoint is never run as a
-different architecture silently.
+``config_from_hf(config_dict)`` reads a checkpoint's ``config.json`` (as a dict) into a :class:`GPTConfig`
+(a :class:`BertConfig` for BERT); ``load_hf_state_dict(state_dict, config_dict)`` renames (and, for GPT-2's
+``Conv1D`` and fused projections, transposes and splits) the weights into a model; ``load_pretrained(path)`` does
+both for a local folder of ``config.json`` and ``*.safetensors`` files. Nothing is downloaded. Every config key is
+either used, checked against the one value this library implements, or known to be irrelevant to the forward pass
+(metadata and training-only settings); any other key raises ``ValueError`` naming it, so a checkpoint is never run
+as a different architecture silently.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 from pathlib import Path
 
 import torch
 
+from llmarch.model.bert import BertConfig, BertForMaskedLM, BertForQuestionAnswering, BertForSequenceClassification
 from llmarch.model.config import GPTConfig
 from llmarch.model.gpt import GPT
 
 __all__ = ["config_from_hf", "load_hf_state_dict", "load_pretrained", "SUPPORTED_MODEL_TYPES"]
 
-SUPPORTED_MODEL_TYPES = ("gpt2", "llama", "gpt_neox")
+SUPPORTED_MODEL_TYPES = ("gpt2", "llama", "gpt_neox", "bert")
 
 # Keys that do not change the forward pass at inference: metadata, tokens ids, generation, initialisation,
 # dropout, and the heads of other task classes.
@@ -36,7 +39,7 @@ _IRRELEVANT_KEYS = {
     "use_bfloat16", "attn_pdrop", "embd_pdrop", "resid_pdrop", "attention_dropout", "hidden_dropout",
     "classifier_dropout", "summary_type", "summary_use_proj", "summary_activation", "summary_proj_to_labels",
     "summary_first_dropout", "reorder_and_upcast_attn", "pretraining_tp", "use_memory_efficient_attention",
-    "n_ctx",
+    "n_ctx", "attention_probs_dropout_prob", "gradient_checkpointing",
 }
 
 _ACTIVATIONS = {"gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "gelu": "gelu", "relu": "relu",
@@ -94,11 +97,23 @@ def _rope_options(keys: _Keys, default_fraction: float = 1.0) -> dict:
     return {"rope_base": float(base), "rotary_fraction": float(fraction), "rope_scaling": scaling}
 
 
-def config_from_hf(config: dict) -> GPTConfig:
-    """The :class:`GPTConfig` of a transformers ``config.json`` dict (``model_type`` gpt2, llama or gpt_neox).
-    Raises ``ValueError`` naming an unsupported model type or key."""
+def _config_dict(config) -> dict:
+    """A ``config.json`` dict, or a transformers config object (its ``to_dict()``)."""
+    if hasattr(config, "to_dict") and not isinstance(config, dict):
+        config = config.to_dict()
     if not isinstance(config, dict):
-        raise TypeError(f"config must be the checkpoint's config.json as a dict, got {type(config).__name__}")
+        raise TypeError(f"config must be the checkpoint's config.json as a dict (or a transformers config), "
+                        f"got {type(config).__name__}")
+    return config
+
+
+def config_from_hf(config) -> GPTConfig | BertConfig:
+    """The :class:`GPTConfig` of a transformers ``config.json`` dict (``model_type`` gpt2, llama or gpt_neox), or
+    the :class:`BertConfig` of a ``bert`` one; a transformers config object is read through its ``to_dict()``.
+    Raises ``ValueError`` naming an unsupported model type or key. BERT: only absolute positions
+    (``position_embedding_type``), the encoder (``is_decoder``, ``add_cross_attention`` false) and a tied MLM
+    decoder (``tie_word_embeddings``) are implemented; ``hidden_dropout_prob`` becomes the model's one dropout."""
+    config = _config_dict(config)
     model_type = config.get("model_type")
     if model_type not in SUPPORTED_MODEL_TYPES:
         raise ValueError(f"model_type {model_type!r} is not supported: use one of {SUPPORTED_MODEL_TYPES}")
@@ -126,6 +141,20 @@ def config_from_hf(config: dict) -> GPTConfig:
             ffn="swiglu", bias=bias, mlp_bias=None if mlp_bias == bias else mlp_bias,
             tie_embeddings=keys.get("tie_word_embeddings", False), pos_encoding="rope", rope_layout="half",
             **_rope_options(keys),
+        )
+    elif model_type == "bert":
+        keys.expect("position_embedding_type", {"absolute"}, "absolute")
+        keys.expect("is_decoder", {False}, False)
+        keys.expect("add_cross_attention", {False}, False)
+        keys.expect("tie_word_embeddings", {True}, True)
+        out = BertConfig(
+            vocab_size=keys.get("vocab_size", required=True), d_model=keys.get("hidden_size", required=True),
+            n_layers=keys.get("num_hidden_layers", required=True),
+            n_heads=keys.get("num_attention_heads", required=True), d_ff=keys.get("intermediate_size", required=True),
+            max_position_embeddings=keys.get("max_position_embeddings", 512),
+            type_vocab_size=keys.get("type_vocab_size", 2), layer_norm_eps=keys.get("layer_norm_eps", 1e-12),
+            dropout=keys.get("hidden_dropout_prob", 0.1), activation=_activation(keys, "hidden_act", "gelu"),
+            pad_token_id=keys.get("pad_token_id"),
         )
     else:  # gpt_neox
         d_model = keys.get("hidden_size", required=True)
@@ -217,41 +246,117 @@ def _neox_weights(sd: dict, c: GPTConfig) -> tuple[dict, torch.Tensor | None, di
     return out, head, sd
 
 
-_WEIGHT_MAPS = {"gpt2": _gpt2_weights, "llama": _llama_weights, "gpt_neox": _neox_weights}
+def _decoder_only(weights):
+    """A GPT weight map -> ``(model factory, tensors, leftovers)``; an untied model takes the output-layer weight."""
+    def mapper(sd: dict, c: GPTConfig):
+        out, head, left = weights(sd, c)
+        if not c.tie_embeddings:
+            if head is None:
+                raise ValueError("the config has tie_word_embeddings=False but the state dict has no output-layer weight")
+            out["lm_head.weight"] = head
+        return functools.partial(GPT, c), out, left
+    return mapper
 
 
-def load_hf_state_dict(state_dict: dict, config: dict) -> GPT:
-    """A :class:`GPT` holding the weights of a transformers checkpoint, in eval mode and in the weights' dtype.
+_BERT_LAYER_NAMES = {
+    "attention.self.query": "attn.q_proj", "attention.self.key": "attn.k_proj", "attention.self.value": "attn.v_proj",
+    "attention.output.dense": "attn.o_proj", "attention.output.LayerNorm": "norm1", "intermediate.dense": "ffn.w1",
+    "output.dense": "ffn.w2", "output.LayerNorm": "norm2",
+}
 
-    ``state_dict``: the checkpoint's tensors (the names of ``GPT2LMHeadModel``/``LlamaForCausalLM``/
-    ``GPTNeoXForCausalLM``, with or without the base-model prefix); ``config``: its ``config.json`` as a dict,
-    with RoPE settings as ``rope_theta`` + ``rope_scaling`` or as transformers 5's ``rope_parameters``.
+
+def _pop_tied(sd: dict, name: str, source: torch.Tensor, source_name: str) -> None:
+    """Drop the copy of a tied tensor that a state dict may hold, after checking that it is a copy."""
+    tensor = sd.pop(name, None)
+    if tensor is not None and not torch.equal(tensor, source):
+        raise ValueError(f"{name} differs from {source_name}: llmarch's BERT ties them (tie_word_embeddings=True)")
+
+
+def _bert_weights(sd: dict, c: BertConfig):
+    """BERT's task head is read off the tensors: ``qa_outputs`` (``BertForQuestionAnswering``), ``classifier``
+    (``BertForSequenceClassification``, ``num_labels`` from its shape), else ``cls.predictions``
+    (``BertForMaskedLM``). Pretraining checkpoints (``BertForPreTraining``, e.g. bert-base-uncased) also hold the
+    pooler and the next-sentence head ``cls.seq_relationship``; the masked LM does not use them and they are
+    dropped, as transformers drops them when it loads such a file into ``BertForMaskedLM``."""
+    sd = _strip_prefix(sd, ("bert.",))
+    out = {"bert.tok_emb.weight": sd.pop("embeddings.word_embeddings.weight"),
+           "bert.pos_emb.weight": sd.pop("embeddings.position_embeddings.weight"),
+           "bert.type_emb.weight": sd.pop("embeddings.token_type_embeddings.weight"),
+           "bert.norm_emb.weight": sd.pop("embeddings.LayerNorm.weight"),
+           "bert.norm_emb.bias": sd.pop("embeddings.LayerNorm.bias")}
+    for buffer in ("embeddings.position_ids", "embeddings.token_type_ids"):  # buffers in old checkpoints
+        sd.pop(buffer, None)
+    for i in range(c.n_layers):
+        for theirs, ours in _BERT_LAYER_NAMES.items():
+            for kind in ("weight", "bias"):
+                out[f"bert.blocks.{i}.{ours}.{kind}"] = sd.pop(f"encoder.layer.{i}.{theirs}.{kind}")
+    if "qa_outputs.weight" in sd:
+        out["qa_outputs.weight"], out["qa_outputs.bias"] = sd.pop("qa_outputs.weight"), sd.pop("qa_outputs.bias")
+        return functools.partial(BertForQuestionAnswering, c), out, sd
+    if "classifier.weight" in sd:
+        for ours, theirs in (("head.pooler", "pooler.dense"), ("head.classifier", "classifier")):
+            out[ours + ".weight"], out[ours + ".bias"] = sd.pop(theirs + ".weight"), sd.pop(theirs + ".bias")
+        num_labels = out["head.classifier.weight"].shape[0]
+        return functools.partial(BertForSequenceClassification, c, num_labels), out, sd
+    p = "cls.predictions."
+    for ours, theirs in (("transform", "transform.dense"), ("transform_norm", "transform.LayerNorm")):
+        out[ours + ".weight"], out[ours + ".bias"] = sd.pop(p + theirs + ".weight"), sd.pop(p + theirs + ".bias")
+    out["decoder.bias"] = sd.pop(p + "bias")
+    _pop_tied(sd, p + "decoder.weight", out["bert.tok_emb.weight"], "the word embeddings")
+    _pop_tied(sd, p + "decoder.bias", out["decoder.bias"], p + "bias")
+    if "cls.seq_relationship.weight" in sd:  # a BertForPreTraining checkpoint: drop the NSP head and its pooler
+        for name in ("cls.seq_relationship.weight", "cls.seq_relationship.bias", "pooler.dense.weight",
+                     "pooler.dense.bias"):
+            sd.pop(name, None)
+    return functools.partial(BertForMaskedLM, c), out, sd
+
+
+_WEIGHT_MAPS = {"gpt2": _decoder_only(_gpt2_weights), "llama": _decoder_only(_llama_weights),
+                "gpt_neox": _decoder_only(_neox_weights), "bert": _bert_weights}
+
+
+def _shared_parameters(model: torch.nn.Module) -> dict[str, str]:
+    """``{name: name of the parameter it shares}`` for tied parameters (e.g. an output layer tied to the embedding)."""
+    first, shared = {}, {}
+    for name, p in model.named_parameters(remove_duplicate=False):
+        if id(p) in first:
+            shared[name] = first[id(p)]
+        else:
+            first[id(p)] = name
+    return shared
+
+
+def load_hf_state_dict(state_dict: dict, config) -> torch.nn.Module:
+    """A model holding the weights of a transformers checkpoint, in eval mode and in the weights' dtype.
+
+    ``state_dict``: the checkpoint's tensors, with or without the base-model prefix: the names of
+    ``GPT2LMHeadModel``/``LlamaForCausalLM``/``GPTNeoXForCausalLM`` (-> :class:`GPT`), or of
+    ``BertForMaskedLM`` (-> :class:`BertForMaskedLM`; ``BertForPreTraining`` files too, without their NSP head),
+    ``BertForSequenceClassification`` or ``BertForQuestionAnswering`` (-> the llmarch class of the same name).
+    ``config``: its ``config.json`` as a dict (or a transformers config object), with RoPE settings as
+    ``rope_theta`` + ``rope_scaling`` or as transformers 5's ``rope_parameters``.
     Raises ``ValueError`` naming unsupported config keys, and missing, unexpected or mis-shaped tensors.
     """
     return _build(state_dict, config, copy=True)
 
 
-def _build(state_dict: dict, config: dict, copy: bool) -> GPT:
+def _build(state_dict: dict, config, copy: bool) -> torch.nn.Module:
     """``load_hf_state_dict``; ``copy=False`` lets the model own the given tensors (a freshly read file)."""
-    gpt_config = config_from_hf(config)
+    config = _config_dict(config)
+    model_config = config_from_hf(config)
     tensors = {name: t.detach().clone() if copy else t for name, t in state_dict.items()}
     floating = [t.dtype for t in tensors.values() if torch.is_tensor(t) and t.is_floating_point()]
     try:
-        mapped, head, left = _WEIGHT_MAPS[config["model_type"]](tensors, gpt_config)
+        make, mapped, left = _WEIGHT_MAPS[config["model_type"]](tensors, model_config)
     except KeyError as err:
         raise ValueError(f"the state dict has no tensor {err.args[0]!r}, which a {config['model_type']} checkpoint "
-                         f"with {gpt_config.n_layers} layers has") from None
+                         f"with {model_config.n_layers} layers has") from None
     if left:
         raise ValueError(f"unexpected tensors in the state dict: {sorted(left)[:10]}")
-    if not gpt_config.tie_embeddings:
-        if head is None:
-            raise ValueError("the config has tie_word_embeddings=False but the state dict has no output-layer weight")
-        mapped["lm_head.weight"] = head
     with torch.device("meta"):
-        model = GPT(gpt_config)
-    expected = model.state_dict()
-    if gpt_config.tie_embeddings:
-        expected.pop("lm_head.weight")
+        model = make()
+    shared = _shared_parameters(model)
+    expected = {name: t for name, t in model.state_dict().items() if name not in shared}
     missing, extra = sorted(set(expected) - set(mapped)), sorted(set(mapped) - set(expected))
     if missing or extra:
         raise ValueError(f"the checkpoint does not fit the config: missing {missing[:10]}, unexpected {extra[:10]}")
@@ -260,15 +365,17 @@ def _build(state_dict: dict, config: dict, copy: bool) -> GPT:
             raise ValueError(f"tensor {name} has shape {tuple(tensor.shape)} but the config implies "
                              f"{tuple(expected[name].shape)}")
     model.load_state_dict({name: t.contiguous() for name, t in mapped.items()}, strict=False, assign=True)
-    if gpt_config.tie_embeddings:
-        model.lm_head.weight = model.tok_emb.weight
+    for name, source in shared.items():  # assign=True replaced the shared parameter: tie it again
+        module, _, attr = name.rpartition(".")
+        setattr(model.get_submodule(module), attr, model.get_parameter(source))
     model.to(floating[0] if floating else torch.float32)
     return model.eval()
 
 
-def load_pretrained(path: str | Path) -> GPT:
-    """A :class:`GPT` from a local checkpoint folder: ``config.json`` and one or more ``*.safetensors`` files
-    (shards are all read). Nothing is downloaded; a missing file raises ``FileNotFoundError`` naming it."""
+def load_pretrained(path: str | Path) -> torch.nn.Module:
+    """A :class:`GPT` (or a BERT model, see :func:`load_hf_state_dict`) from a local checkpoint folder:
+    ``config.json`` and one or more ``*.safetensors`` files (shards are all read). Nothing is downloaded; a
+    missing file raises ``FileNotFoundError`` naming it."""
     from safetensors.torch import load_file
 
     folder = Path(path)
