@@ -1,11 +1,12 @@
-"""Decoder-only language models from GPT-1 to Llama 3, the BERT encoder, and loading official checkpoints into them.
+"""Decoder-only language models from GPT-1 to Llama 3, the BERT encoder, an encoder-decoder, and loading official
+checkpoints into them.
 
 Book: The Transformer block (``book/transformer-block.md``); From GPT-2 to Llama 3 (``book/modern-decoder.md``);
 Pretraining objectives (``book/pretraining-objectives.md``).
 
 Modules: ``config`` (:class:`GPTConfig` and presets), ``gpt`` (:class:`GPT`, counting, schedule, perplexity,
 the tiny pretrained model), ``bert`` (:class:`BertConfig`, :class:`BertEncoder` and its task heads),
-``loading`` (transformers checkpoints and safetensors folders).
+``encoder_decoder`` (:class:`EncoderDecoder`), ``loading`` (transformers checkpoints and safetensors folders).
 """
 
 from llmarch.model.config import (
@@ -18,6 +19,7 @@ from llmarch.model.bert import (
     BertClassificationHead, BertConfig, BertEncoder, BertForMaskedLM, BertForQuestionAnswering,
     BertForSequenceClassification, bert_config, key_padding_mask,
 )
+from llmarch.model.encoder_decoder import EncoderDecoder, EncoderDecoderConfig, shift_right
 from llmarch.model.loading import SUPPORTED_MODEL_TYPES, config_from_hf, load_hf_state_dict, load_pretrained
 
 __all__ = [
@@ -26,4 +28,5 @@ __all__ = [
     "config_from_hf", "load_hf_state_dict", "load_pretrained", "SUPPORTED_MODEL_TYPES",
     "BertConfig", "bert_config", "key_padding_mask", "BertEncoder", "BertForMaskedLM", "BertClassificationHead",
     "BertForSequenceClassification", "BertForQuestionAnswering",
+    "EncoderDecoderConfig", "EncoderDecoder", "shift_right",
 ]

@@ -252,7 +252,8 @@ def _decoder_only(weights):
         out, head, left = weights(sd, c)
         if not c.tie_embeddings:
             if head is None:
-                raise ValueError("the config has tie_word_embeddings=False but the state dict has no output-layer weight")
+                raise ValueError("the config has tie_word_embeddings=False but the state dict has no output-layer "
+                                 "weight")
             out["lm_head.weight"] = head
         return functools.partial(GPT, c), out, left
     return mapper
