@@ -11,9 +11,9 @@ shows. Nothing else.
    check's deterministic edge cases are what makes this hold. To be fast this runs in-process: the notebook's
    code cells are executed in a namespace in the test process (our own code), and ``capture.capture`` (the
    sandbox's harness, given that namespace) calls the functions on the grader's input files, so what counts as an
-   answer is the same as in the sandbox; the results are judged with ``compare_arrays`` / ``compare_data``
-   against ``expected_results``. One variant per assignment also goes through the real command line (sandbox and
-   all), copied under 20 names: 20 identical rows.
+   answer is the same as in the sandbox; the results are judged by ``checks.judge`` itself (comparisons and
+   verdicts) against ``expected_results``. One variant per assignment also goes through the real command line
+   (sandbox and all), copied under 20 names: 20 identical rows.
 2. Visible tests catch what hidden checks catch: every variant fails at least one visible test of its own
    function; the visible tests of a function that calls a broken one fail exactly when its hidden cells are
    lost, and then name the broken function first.
@@ -24,20 +24,17 @@ from __future__ import annotations
 import contextlib
 import csv
 import io
-import json
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
 import nbformat
-import numpy as np
 import pytest
 
 from autograder import assignments, capture
 from autograder.__main__ import main as grader_main
-from autograder.checks import expected_results, parse_npy, write_inputs
-from autograder.compare import compare_arrays, compare_data
+from autograder.checks import OUTPUTS, expected_results, judge, write_inputs
 from autograder.grade import _case_rng, _code_digest, release_template
 from autograder.notebooks import prepare
 from autograder.sandbox import bubblewrap_available
@@ -960,6 +957,161 @@ variant(PS7, "llama3 ignores low_freq_factor and high_freq_factor", "llama3_inv_
         llama3_with(factors="1.0, 4.0"))
 
 # ---------------------------------------------------------------------------------------------------------------
+# ps8-objectives
+# ---------------------------------------------------------------------------------------------------------------
+PS8 = "ps8-objectives"
+MLM_INV, MLM_STATS = "test_mlm_invariants", "test_mlm_statistics"
+MLM = {MLM_INV, MLM_STATS}
+LOSS, LOSS_LARGE = "test_mlm_loss", "test_mlm_loss_large_logits"
+COUNTS, CLIP = "test_t5_counts", "test_t5_counts_clipping"
+T5_FORMAT = {"test_t5_corruption", "test_t5_corruption_edges"}
+BEST, TIES = "test_best_span", "test_best_span_ties"
+
+mlm_with = template(PS8, "mlm_mask", """
+def mlm_mask(ids, mask_id, vocab_size, special_mask, mask_prob=0.15, rng=None):
+    rng = np.random.default_rng() if rng is None else rng
+    ids = np.asarray(ids)
+    selected = (rng.random(ids.shape) < {mask_prob}){specials}
+    action = rng.random(ids.shape)
+    random_ids = rng.integers(0, vocab_size, size=ids.shape)
+    inputs = np.where(selected & (action < {to_mask}), mask_id, ids)
+    inputs = np.where({to_random}, random_ids, inputs)
+    labels = np.where({labelled}, ids, -100)
+    return inputs, labels
+""", mask_prob="mask_prob", specials=" & ~np.asarray(special_mask, dtype=bool)", to_mask="0.8",
+    to_random="selected & (action >= 0.8) & (action < 0.9)", labelled="selected")
+variant(PS8, "MLM 90/10/0 (no kept tokens)", "mlm_mask", {MLM_STATS},
+        mlm_with(to_mask="0.9", to_random="selected & (action >= 0.9)"))
+variant(PS8, "MLM random share not rescaled (10% of the remaining 20%: 80/2/18)", "mlm_mask", {MLM_STATS},
+        mlm_with(to_random="selected & (action >= 0.8) & (rng.random(ids.shape) < 0.1)"))
+variant(PS8, "MLM selects special tokens", "mlm_mask", {MLM_INV}, mlm_with(specials=""))
+variant(PS8, "MLM labels every position (the loss over all tokens)", "mlm_mask", MLM,
+        mlm_with(labelled="np.ones(ids.shape, dtype=bool)"))
+variant(PS8, "MLM labels only the tokens that changed", "mlm_mask", MLM,
+        mlm_with(labelled="selected & (inputs != ids)"))
+variant(PS8, "MLM random replacements also hit unselected tokens", "mlm_mask", {MLM_INV},
+        mlm_with(to_random="(action >= 0.8) & (action < 0.9)"))
+variant(PS8, "MLM ignores mask_prob (always 15%)", "mlm_mask", MLM, mlm_with(mask_prob="0.15"))
+loss_with = template(PS8, "mlm_loss", """
+def mlm_loss(logits, labels):
+    logits, labels = np.asarray(logits, dtype=float), np.asarray(labels)
+    selected = {selected}
+    z = logits[selected]
+    z = z - {shift}
+    log_probs = z - np.log(np.exp(z).sum(axis=-1, keepdims=True))
+    picked = -log_probs[np.arange(len(z)), np.where(labels[selected] == -100, 0, labels[selected])]
+    return float({reduce})
+""", selected="labels != -100", shift="z.max(axis=-1, keepdims=True)", reduce="picked.mean()")
+variant(PS8, "MLM loss over all positions (-100 read as token 0)", "mlm_loss", {LOSS},
+        loss_with(selected="np.ones(labels.shape, dtype=bool)"))
+variant(PS8, "MLM loss summed instead of averaged", "mlm_loss", {LOSS, LOSS_LARGE}, loss_with(reduce="picked.sum()"))
+variant(PS8, "MLM loss divided by all positions", "mlm_loss", {LOSS}, loss_with(reduce="picked.sum() / labels.size"))
+variant(PS8, "MLM loss without subtracting the maximum (overflow)", "mlm_loss", {LOSS_LARGE}, loss_with(shift="0.0"))
+counts_with = template(PS8, "t5_span_counts", """
+def t5_span_counts(length, noise_density=0.15, mean_span_length=3.0):
+    num_noise = int({noise})
+    num_noise = {clip_noise}
+    num_spans = int(np.round(np.float32(num_noise) / np.float32(mean_span_length)))
+    return num_noise, {clip_spans}
+""", noise="np.round(np.float32(length) * np.float32(noise_density))", clip_noise="min(max(num_noise, 1), length - 1)",
+    clip_spans="max(num_spans, 1)")
+variant(PS8, "T5 counts with floor instead of round", "t5_span_counts", {COUNTS},
+        counts_with(noise="np.floor(np.float32(length) * np.float32(noise_density))"))
+variant(PS8, "T5 counts round halves up", "t5_span_counts", {COUNTS},
+        counts_with(noise="np.floor(np.float32(length) * np.float32(noise_density) + 0.5)"))
+variant(PS8, "T5 counts in float64 (Python's round)", "t5_span_counts", {COUNTS},
+        counts_with(noise="round(length * noise_density)"))
+variant(PS8, "T5 counts without clipping the noise tokens", "t5_span_counts", {CLIP},
+        counts_with(clip_noise="num_noise"))
+variant(PS8, "T5 counts allow zero spans", "t5_span_counts", {CLIP}, counts_with(clip_spans="num_spans"))
+t5_with = template(PS8, "t5_span_corruption", """
+def t5_span_corruption(ids, noise_mask, sentinel_ids):
+    ids, noise_mask = np.asarray(ids), np.asarray(noise_mask, dtype=bool)
+    n_spans = int(np.sum(noise_mask & ~np.concatenate([[False], noise_mask[:-1]])))
+    inputs, targets, k = [], [], 0
+    for i, (token, noise) in enumerate(zip(ids, noise_mask)):
+        if noise and (i == 0 or not noise_mask[i - 1]):
+            inputs.append({sentinel})
+            targets.append({sentinel})
+            k += 1
+        (targets if noise else inputs).append(token)
+    if {closing}:
+        targets.append(sentinel_ids[k])
+    return np.array(inputs, dtype=np.int64), np.array(targets{eos}, dtype=np.int64)
+""", sentinel="sentinel_ids[k]", closing="len(ids) and not noise_mask[-1]", eos="")
+variant(PS8, "T5 sentinels in reverse order", "t5_span_corruption", T5_FORMAT,
+        t5_with(sentinel="sentinel_ids[n_spans - 1 - k]"))
+variant(PS8, "T5 the same sentinel for every span", "t5_span_corruption", T5_FORMAT,
+        t5_with(sentinel="sentinel_ids[0]"))
+variant(PS8, "T5 targets end with an EOS token", "t5_span_corruption", T5_FORMAT, t5_with(eos=" + [1]"))
+variant(PS8, "T5 without the closing sentinel", "t5_span_corruption", {"test_t5_corruption_edges"},
+        t5_with(closing="False"))
+variant(PS8, "T5 one sentinel per noise token", "t5_span_corruption", T5_FORMAT, """
+def t5_span_corruption(ids, noise_mask, sentinel_ids):
+    inputs, targets, k = [], [], 0
+    for token, noise in zip(ids, noise_mask):
+        if noise:
+            inputs.append(sentinel_ids[k])
+            targets.extend([sentinel_ids[k], token])
+            k += 1
+        else:
+            inputs.append(token)
+    if len(ids) and not noise_mask[-1]:
+        targets.append(sentinel_ids[k])
+    return np.array(inputs, dtype=np.int64), np.array(targets, dtype=np.int64)
+""")
+variant(PS8, "T5 targets as T5's code builds them (misaligned when the mask starts with noise)", "t5_span_corruption",
+        {"test_t5_corruption_edges"}, """
+def t5_span_corruption(ids, noise_mask, sentinel_ids):
+    ids, noise_mask = np.asarray(ids), np.asarray(noise_mask, dtype=bool)
+
+    def runs_to_sentinels(mask):
+        out, k = [], 0
+        for i, (token, flag) in enumerate(zip(ids, mask)):
+            if flag and (i == 0 or not mask[i - 1]):
+                out.append(sentinel_ids[k])
+                k += 1
+            if not flag:
+                out.append(token)
+        return np.array(out, dtype=np.int64)
+
+    return runs_to_sentinels(noise_mask), runs_to_sentinels(~noise_mask)
+""")
+best_with = template(PS8, "best_span", """
+def best_span(start_logits, end_logits, max_answer_len):
+    start, end = np.asarray(start_logits, dtype=float), np.asarray(end_logits, dtype=float)
+    T = len(start)
+    best, arg = -np.inf, (0, 0)
+    for s in range(T):
+        for e in range({first_end}, {stop}):
+            if start[s] + end[e] {better} best:
+                best, arg = start[s] + end[e], (s, e)
+    return arg
+""", first_end="s", stop="min(T, s + max_answer_len)", better=">")
+variant(PS8, "best_span allows the end before the start", "best_span", {BEST, TIES},
+        best_with(first_end="max(0, s - max_answer_len + 1)"))
+variant(PS8, "best_span allows one token too many", "best_span", {BEST, TIES},
+        best_with(stop="min(T, s + max_answer_len + 1)"))
+variant(PS8, "best_span ignores max_answer_len", "best_span", {BEST, TIES}, best_with(stop="T"))
+variant(PS8, "best_span ties to the largest start and end", "best_span", {TIES}, best_with(better=">="))
+variant(PS8, "best_span takes the best start and the best end separately", "best_span", {BEST, TIES}, """
+def best_span(start_logits, end_logits, max_answer_len):
+    return int(np.argmax(start_logits)), int(np.argmax(end_logits))
+""")
+variant(PS8, "best_span ties to the shortest span first", "best_span", {TIES}, """
+def best_span(start_logits, end_logits, max_answer_len):
+    start, end = np.asarray(start_logits, dtype=float), np.asarray(end_logits, dtype=float)
+    T = len(start)
+    best, arg = -np.inf, (0, 0)
+    for k in range(min(max_answer_len, T)):
+        scores = start[: T - k] + end[k:]
+        s = int(np.argmax(scores))
+        if scores[s] > best:
+            best, arg = scores[s], (s, s + k)
+    return arg
+""")
+
+# ---------------------------------------------------------------------------------------------------------------
 # The in-process harness
 # ---------------------------------------------------------------------------------------------------------------
 # The Chinchilla fit's reference (4500 L-BFGS starts) takes about a second per case: three seeds for those checks.
@@ -994,26 +1146,11 @@ def _namespace(assignment: str, v: Variant | None = None) -> dict:
     return ns
 
 
-def _judge(check, expected_all: list, folder: Path) -> bool:
-    """Whether the outputs ``capture`` wrote in ``folder`` pass, by the grader's rule (see checks.judge)."""
-    for i, expected in enumerate(expected_all):
-        if (folder / f"case{i}.error.txt").exists():
-            return False
-        if check.output == "data":
-            out = folder / f"case{i}_out.json"
-            if not out.exists() or compare_data(capture.from_data(json.loads(out.read_text())), expected, "",
-                                                check.rtol, check.atol):
-                return False
-            continue
-        expected = expected if isinstance(expected, tuple) else (expected,)
-        for j, exp in enumerate(expected):
-            out = folder / f"case{i}_out{j}.npy"
-            got = parse_npy(out.read_bytes()) if out.exists() else None
-            if got is None or compare_arrays(got, np.asarray(exp), "", check.rtol, check.atol):
-                return False
-        if (folder / f"case{i}_out{len(expected)}.npy").exists():
-            return False
-    return True
+def _judge(check, gid: str, cases: list, expected_all: list, folder: Path) -> bool:
+    """Whether the outputs ``capture`` wrote in ``folder`` pass: ``checks.judge`` itself decides, on the same files
+    the grader collects from a sandbox (its verdicts included)."""
+    files = {f"{OUTPUTS}/{gid}/{path.name}": path.read_bytes() for path in folder.iterdir()}
+    return judge(check, gid, cases, expected_all, files).passed
 
 
 class Harness:
@@ -1026,31 +1163,32 @@ class Harness:
         self.module = assignments.load(assignment)
         release, _ = release_template(assignment)
         self.digest = _code_digest(prepare(_notebook(assignment), release).notebook)
-        self.inputs: dict[tuple[int, str], list] = {}
+        self.inputs: dict[tuple[int, str], tuple[list, list]] = {}
         self.runs = 0
 
     def graded(self, seed: int) -> list[str]:
         return [gid for gid in self.module.CHECKS if seed in SEEDS_OF.get(gid, SEEDS)]
 
-    def expected(self, seed: int, gid: str) -> list:
-        """The reference's answers for a check under a seed; the inputs are written once, where capture reads them."""
+    def expected(self, seed: int, gid: str) -> tuple[list, list]:
+        """The cases of a check under a seed and the reference's answers; the inputs are written once, where capture
+        reads them."""
         if (seed, gid) not in self.inputs:
             check = self.module.CHECKS[gid]
             cases = check.cases(_case_rng(seed, self.digest, gid))
             expected = expected_results(check, cases, self.module.TRUSTED_CALLABLES)
             write_inputs(gid, check, cases, expected, self.folder / f"inputs-{seed}")
-            self.inputs[seed, gid] = expected
+            self.inputs[seed, gid] = cases, expected
         return self.inputs[seed, gid]
 
     def lost(self, ns: dict, seed: int) -> set[str]:
         """The test cells (of those graded under this seed) that the functions of ``ns`` lose."""
         lost = set()
         for gid in self.graded(seed):
-            expected = self.expected(seed, gid)
+            cases, expected = self.expected(seed, gid)
             self.runs += 1
             outputs = self.folder / f"outputs-{self.runs}"
             capture.capture(gid, namespace=ns, inputs=str(self.folder / f"inputs-{seed}"), outputs=str(outputs))
-            if not _judge(self.module.CHECKS[gid], expected, outputs / gid):
+            if not _judge(self.module.CHECKS[gid], gid, cases, expected, outputs / gid):
                 lost.add(gid)
             shutil.rmtree(outputs)
         return lost
@@ -1180,6 +1318,7 @@ CLI_VARIANTS = {
     "ps5-efficient": "online softmax drops a shorter last block",
     "ps6-scaling": "objective: least squares instead of Huber",
     "ps7-modern": "RoPE ignores positions (starts at 0)",
+    "ps8-objectives": "MLM 90/10/0 (no kept tokens)",
 }
 
 

@@ -11,6 +11,7 @@ ASSIGNMENTS = {
     "ps5-efficient": "autograder.assignments.ps5_efficient",
     "ps6-scaling": "autograder.assignments.ps6_scaling",
     "ps7-modern": "autograder.assignments.ps7_modern",
+    "ps8-objectives": "autograder.assignments.ps8_objectives",
 }
 
 

@@ -1,0 +1,325 @@
+"""Trusted checks of ps8-objectives: fresh inputs for every hidden test cell, ``llmarch.objectives`` as the reference.
+
+The keys of ``CHECKS`` are the ``grade_id`` of the test cells in ``solutions/ps8-objectives/ps8-objectives.ipynb``.
+References: ``mlm_loss``, ``t5_span_counts``, ``span_corruption_from_mask`` (the notebook's ``t5_span_corruption``
+takes the noise mask; the masks come from ``random_spans_noise_mask``) and ``best_span``.
+
+BERT's masking is random and a student's random stream is not ours, so ``mlm_mask`` is judged by properties of
+what it returns (a ``verdict``), not by equality with the reference's sample: exact invariants in
+``test_mlm_invariants``, and rates in ``test_mlm_statistics``. Each rate is a fraction of ``n`` independent
+trials, so by Hoeffding's inequality ``P(|rate - p| >= t) <= 2 exp(-2 n t^2)``; with ``t`` chosen to make that
+``1e-11`` and nine rates per grading (three cases, three rates), a correct solution fails the check with
+probability below ``1e-10``. The cases are large enough (at least 12,000 selected tokens each, ``t`` at most 3.3%) that
+90/10/0 masking (no kept tokens, 10 points away) fails every time.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+
+from autograder.checks import Case, Check
+from llmarch.objectives import (
+    best_span,
+    mlm_loss,
+    mlm_mask,
+    random_spans_noise_mask,
+    span_corruption_from_mask,
+    t5_span_counts,
+)
+
+NOTEBOOK = "ps8-objectives.ipynb"
+TRUSTED_CALLABLES: dict = {}
+
+IGNORE = -100
+PAD, CLS, SEP, MASK = 0, 101, 102, 103  # bert-base-uncased's ids
+FIRST_WORD = 999  # ordinary word pieces start here in bert-base-uncased
+FALSE_FAILURE = 1e-11  # the probability that one rate of a correct solution leaves its bound
+
+
+def _long(x):
+    return torch.as_tensor(np.asarray(x), dtype=torch.long)
+
+
+# --- references ---------------------------------------------------------------------------------------------
+
+
+def ref_mlm_mask(ids, mask_id, vocab_size, special_mask, mask_prob=0.15):
+    """llmarch's own sample: it fixes that two arrays come back; the verdicts judge the student's by properties."""
+    inputs, labels = mlm_mask(_long(ids), int(mask_id), int(vocab_size), torch.as_tensor(np.asarray(special_mask)),
+                              float(mask_prob), generator=torch.Generator().manual_seed(0))
+    return inputs.numpy(), labels.numpy()
+
+
+def ref_mlm_loss(logits, labels):
+    return np.float64(mlm_loss(torch.as_tensor(np.asarray(logits), dtype=torch.float64), _long(labels)).item())
+
+
+def ref_t5_counts(length, noise_density=0.15, mean_span_length=3.0):
+    return t5_span_counts(int(length), float(noise_density), float(mean_span_length))
+
+
+def ref_t5_corruption(ids, noise_mask, sentinel_ids):
+    inputs, targets = span_corruption_from_mask(_long(ids), torch.as_tensor(np.asarray(noise_mask)),
+                                                [int(s) for s in sentinel_ids])
+    return inputs.numpy(), targets.numpy()
+
+
+def ref_best_span(start_logits, end_logits, max_answer_len):
+    return best_span(torch.as_tensor(np.asarray(start_logits), dtype=torch.float64),
+                     torch.as_tensor(np.asarray(end_logits), dtype=torch.float64), int(max_answer_len))
+
+
+# --- verdicts of mlm_mask -----------------------------------------------------------------------------------
+
+
+def _mlm_arrays(case: Case, values: tuple):
+    """``(ids, special, inputs, labels)`` as int64 arrays, or a message when the returned values cannot be them."""
+    ids, _, _, special = case.args
+    inputs, labels = values
+    for name, got in (("inputs", inputs), ("labels", labels)):
+        if got.shape != ids.shape:
+            return f"{name}: expected shape {ids.shape} (the shape of ids), got {got.shape}"
+        if got.dtype == bool or not np.all(np.isfinite(got)) or not np.all(got == np.round(got)):
+            return f"{name}: expected integer token ids, got dtype {got.dtype} with non-integer values"
+    return ids, special, inputs.astype(np.int64), labels.astype(np.int64)
+
+
+def _first(where) -> tuple:
+    return tuple(int(i) for i in np.argwhere(where)[0])
+
+
+def _invariant_problem(case: Case, values: tuple) -> str | None:
+    arrays = _mlm_arrays(case, values)
+    if isinstance(arrays, str):
+        return arrays
+    ids, special, inputs, labels = arrays
+    vocab_size, mask_prob = case.args[2], case.kwargs["mask_prob"]
+    selected = labels != IGNORE
+    if np.any(selected & (labels != ids)):
+        return (f"labels must be -100 or the original token; at index {_first(selected & (labels != ids))} "
+                "the label is neither")
+    if np.any(selected & special):
+        return f"a special token was selected (label != -100) at index {_first(selected & special)}"
+    if np.any(~selected & (inputs != ids)):
+        return (f"index {_first(~selected & (inputs != ids))} is not selected (label -100) but its input token "
+                "changed: only selected tokens may change")
+    if np.any((inputs < 0) | (inputs >= vocab_size)):
+        outside = (inputs < 0) | (inputs >= vocab_size)
+        return f"inputs holds a token id outside [0, vocab_size) at index {_first(outside)}"
+    if mask_prob == 1.0 and np.any(~selected & ~special):
+        return (f"mask_prob = 1: every non-special token must be selected (label = its token), but index "
+                f"{_first(~selected & ~special)} has label -100")
+    if mask_prob == 0.0 and np.any(selected):
+        return f"mask_prob = 0: nothing may be selected, but index {_first(selected)} has a label"
+    return None
+
+
+def _label(i: int, cases: list[Case]) -> str:
+    return f"hidden case {i + 1} of {len(cases)}, {cases[i].describe('mlm_mask')}"
+
+
+def mlm_invariants(cases: list[Case], returned: list[tuple]) -> str | None:
+    for i, values in enumerate(returned):
+        problem = _invariant_problem(cases[i], values)
+        if problem:
+            return f"{_label(i, cases)}: {problem}"
+    return None
+
+
+def rate_bound(n: int) -> float:
+    """The half-width ``t`` with ``2 exp(-2 n t^2) = FALSE_FAILURE`` (Hoeffding): a correct solution's rate over
+    ``n`` independent trials leaves ``p +- t`` with probability at most ``FALSE_FAILURE``."""
+    return math.sqrt(math.log(2 / FALSE_FAILURE) / (2 * n))
+
+
+def _rate_problem(what: str, count: int, n: int, p: float, slack: float) -> str | None:
+    bound = rate_bound(n) + slack
+    if abs(count / n - p) <= bound:
+        return None
+    return (f"{what}: {count} of {n} = {count / n:.2%}, expected {p:.0%} +- {bound:.2%} (a correct solution "
+            f"lands outside this range with probability below {FALSE_FAILURE:g})")
+
+
+def mlm_statistics(cases: list[Case], returned: list[tuple]) -> str | None:
+    """Among the non-special tokens, the fraction selected is ``mask_prob``; among the selected ones, 80% become
+    ``mask_id`` and 10% stay unchanged (the other 10% are random tokens). A random draw may hit the mask id or
+    the original token: that moves the two rates by at most ``1 / vocab_size``, the slack allowed."""
+    for i, values in enumerate(returned):
+        arrays = _mlm_arrays(cases[i], values)
+        if isinstance(arrays, str):
+            return f"{_label(i, cases)}: {arrays}"
+        ids, special, inputs, labels = arrays
+        mask_id, vocab_size = cases[i].args[1], cases[i].args[2]
+        selected = (labels != IGNORE) & ~special
+        n, k = int((~special).sum()), int(selected.sum())
+        if k == 0:
+            return f"{_label(i, cases)}: no non-special token was selected (every label is -100)"
+        slack = 1.0 / vocab_size
+        for problem in (
+            _rate_problem("selected non-special tokens", k, n, cases[i].kwargs["mask_prob"], 0.0),
+            _rate_problem("selected tokens replaced by mask_id", int((selected & (inputs == mask_id)).sum()), k, 0.8,
+                          slack),
+            _rate_problem("selected tokens left unchanged", int((selected & (inputs == ids)).sum()), k, 0.1, slack),
+        ):
+            if problem:
+                return f"{_label(i, cases)}: {problem}"
+    return None
+
+
+# --- fresh inputs -------------------------------------------------------------------------------------------
+
+# Every `cases` function below starts with deterministic edge cases (the same for every seed), built so that each
+# known wrong variant of tests/test_wrong_variants.py fails them every time; random cases come in addition.
+
+
+def _bert_batch(rng, batch, length, vocab_size, max_padding):
+    """Rows ``[CLS] words [SEP] [PAD]...`` of ``length`` tokens (padding of 0 to ``max_padding`` tokens) and
+    their special-token mask."""
+    ids = rng.integers(FIRST_WORD, vocab_size, size=(batch, length))
+    special = np.zeros((batch, length), dtype=bool)
+    for row, pad in zip(ids, rng.integers(0, max_padding + 1, size=batch)):
+        row[0], row[length - pad - 1] = CLS, SEP
+        row[length - pad:] = PAD
+    special[(ids == CLS) | (ids == SEP) | (ids == PAD)] = True
+    return ids, special
+
+
+def _mlm_case(ids, special, vocab_size, mask_prob):
+    return Case((ids, MASK, int(vocab_size), special), {"mask_prob": float(mask_prob)})
+
+
+def _mlm_invariants(rng):
+    ids, special = _bert_batch(rng, 6, 20, 30522, 5)
+    single, single_special = _bert_batch(rng, 1, 50, 30522, 0)
+    crowded = rng.integers(FIRST_WORD, 30522, size=(6, 20))
+    crowded_special = rng.random(crowded.shape) < 0.5
+    crowded[crowded_special] = PAD
+    vocab = int(rng.integers(2000, 40000))
+    big, big_special = _bert_batch(rng, int(rng.integers(2, 9)), int(rng.integers(10, 65)), vocab, 8)
+    return [_mlm_case(ids, special, 30522, 1.0),  # every non-special token is selected
+            _mlm_case(ids, special, 30522, 0.0),  # none is
+            _mlm_case(single[0], single_special[0], 30522, 0.5),  # ids (T,)
+            _mlm_case(crowded, crowded_special, 30522, 0.9),  # half the positions are special
+            _mlm_case(big, big_special, vocab, float(rng.uniform(0.1, 0.6)))]
+
+
+def _mlm_statistics(rng):
+    # about 86,000 non-special tokens per case: 13,000 selected at 15%, a bound of about 3% on the 80/10/10 rates
+    cases = []
+    for vocab, mask_prob in ((30522, 0.15), (int(rng.integers(1000, 50000)), 0.15),
+                             (int(rng.integers(1000, 50000)), float(rng.uniform(0.25, 0.5)))):
+        ids, special = _bert_batch(rng, 192, 512, vocab, 128)
+        cases.append(_mlm_case(ids, special, vocab, mask_prob))
+    return cases
+
+
+def _mlm_loss(rng):
+    worked = (np.array([[2.0, 1.0, 0.0], [0.0, 0.0, 0.0]]), np.array([0, IGNORE]))
+    b, t, v = int(rng.integers(1, 4)), int(rng.integers(3, 12)), int(rng.integers(3, 20))
+    labels = np.where(rng.random((b, t)) < 0.6, IGNORE, rng.integers(0, v, size=(b, t)))
+    labels[0, 0] = int(rng.integers(0, v))  # at least one position is selected
+    return [Case(worked),
+            Case((rng.normal(size=(2, 5, 7)) * 3,
+                  np.array([[1, IGNORE, 6, IGNORE, 0], [IGNORE, 2, IGNORE, IGNORE, 5]]))),
+            Case((rng.normal(size=(6, 5)), np.array([3, IGNORE, 1, IGNORE, 4, 0]))),  # (N, V) and (N,)
+            Case((rng.normal(size=(b, t, v)) * 2, labels))]
+
+
+def _mlm_loss_large(rng):
+    # every position selected: this cell is about stability (the selection is test_mlm_loss's)
+    b, t, v = int(rng.integers(1, 3)), int(rng.integers(3, 9)), int(rng.integers(4, 12))
+    labels = rng.integers(0, v, size=(b, t))
+    return [Case((np.array([[1000.0, 0.0, -1000.0], [0.0, 800.0, 0.0]]), np.array([1, 0]))),
+            Case((rng.normal(size=(b, t, v)) * 1000, labels))]
+
+
+def _t5_counts(rng):
+    fixed = [(10, 0.15, 3.0),   # 1.5 -> 2: round, not floor
+             (30, 0.15, 3.0),   # 4.5 -> 4: half to even, not half up
+             (50, 0.15, 3.0),   # 7.5 -> 8 (half to even goes up here), 8 / 3 -> 3
+             (190, 0.15, 3.0),  # float32: 190 * 0.15 = 28.500002 -> 29 (float64 gives 28.499999999999996 -> 28)
+             (20, 0.5, 4.0),    # 10 / 4 = 2.5 -> 2 spans
+             (512, 0.15, 3.0)]
+    drawn = [(int(rng.integers(40, 2049)), float(rng.choice([0.1, 0.15, 0.2, 0.3, 0.5])),
+              float(rng.choice([2.0, 3.0, 3.5, 5.0]))) for _ in range(3)]
+    return [Case(args) for args in fixed + drawn]
+
+
+def _t5_counts_clipping(rng):
+    fixed = [(5, 0.01, 3.0),   # 0.05 -> 0 noise tokens: at least 1, and at least one span
+             (2, 0.9, 1.0),    # 1.8 -> 2 = length: at most length - 1
+             (4, 0.99, 1.0),   # 3.96 -> 4 = length -> 3 noise tokens, 3 spans
+             (10, 0.1, 3.0)]   # 1 noise token, 1 / 3 -> 0 spans -> at least 1
+    length = int(rng.integers(2, 31))
+    return [Case(args) for args in fixed + [(length, 0.01, 3.0), (int(rng.integers(2, 41)), 0.99, 1.0)]]
+
+
+T5_SENTINELS = np.arange(32099, 31999, -1)  # <extra_id_0> = 32099, <extra_id_1> = 32098, ... (T5's vocabulary)
+
+
+def _t5_mask(rng, length, density, mean):
+    seed = int(rng.integers(0, 2**31))
+    return random_spans_noise_mask(length, density, mean, generator=torch.Generator().manual_seed(seed)).numpy()
+
+
+def _t5_corruption(rng):
+    fixed = np.array([0, 0, 1, 1, 0, 0, 0, 1, 0, 1], dtype=bool)  # three spans, one of two tokens
+    cases = [Case((np.arange(10, 20), fixed, T5_SENTINELS))]
+    for density, mean in ((0.15, 3.0), (float(rng.choice([0.15, 0.3, 0.5])), float(rng.choice([2.0, 3.0])))):
+        length = int(rng.integers(60, 301))
+        cases.append(Case((rng.integers(0, 32000, size=length), _t5_mask(rng, length, density, mean), T5_SENTINELS)))
+    return cases
+
+
+def _t5_corruption_edges(rng):
+    figure2 = np.array([0, 0, 1, 1, 0, 0, 0, 0, 1, 0, 0], dtype=bool)  # "Thank you [for inviting] ... [last] week ."
+    length = int(rng.integers(20, 80))
+    rolled = np.roll(_t5_mask(rng, length, 0.3, 2.0), int(rng.integers(1, length)))  # T5's random_roll option
+    return [Case((np.arange(100, 111), figure2, T5_SENTINELS)),  # ends with non-noise: a closing sentinel
+            Case((np.arange(100, 106), np.array([1, 1, 0, 1, 0, 0], dtype=bool), T5_SENTINELS)),  # starts with noise
+            Case((np.arange(100, 105), np.array([1, 0, 0, 1, 1], dtype=bool), T5_SENTINELS)),
+            Case((np.arange(100, 106), np.zeros(6, dtype=bool), T5_SENTINELS)),  # no noise at all
+            Case((rng.integers(0, 32000, size=length), rolled, T5_SENTINELS))]
+
+
+def _best_span(rng):
+    cases = [Case((np.array([0.0, 0.0, 5.0]), np.array([4.0, 0.0, 0.0]), 3)),  # the best pair has end < start
+             Case((np.array([5.0, 0.0, 0.0, 0.1]), np.array([0.2, 0.1, 0.3, 4.0]), 3)),  # (0, 3) is one too long
+             Case((np.array([1.0, 0.0, 2.0]), np.array([0.5, 3.0, 0.0]), 1)),  # max_answer_len 1: start = end
+             Case((np.array([0.3, 1.0]), np.array([0.2, 0.1]), 5))]  # max_answer_len > T
+    for _ in range(3):
+        t = int(rng.integers(5, 61))
+        start, end = rng.normal(size=t), rng.normal(size=t)
+        question = int(rng.integers(0, t // 2))
+        start[:question] = end[:question] = -np.inf  # the question's tokens cannot hold the answer
+        cases.append(Case((start, end, int(rng.integers(1, 21)))))
+    return cases
+
+
+def _best_span_ties(rng):
+    cases = [Case((np.array([1.0, 0.0, 1.0]), np.array([0.0, 1.0, 1.0]), 3)),  # (0, 1), (0, 2), (2, 2) tie
+             Case((np.array([2.0, 2.0, 2.0, 2.0]), np.array([1.0, 1.0, 1.0, 1.0]), 2)),
+             Case((np.array([0.0, 2.0]), np.array([2.0, 0.0]), 2)),  # (0, 0) and (1, 1) tie; (1, 0) is not allowed
+             Case((np.array([1.0, 0.0]), np.array([0.0, 2.0]), 1))]  # (0, 1) is one token too long
+    for _ in range(3):
+        t = int(rng.integers(4, 30))
+        cases.append(Case((rng.integers(-2, 3, size=t).astype(float), rng.integers(-2, 3, size=t).astype(float),
+                           int(rng.integers(1, 8)))))
+    return cases
+
+
+CHECKS = {
+    "test_mlm_invariants": Check("mlm_mask", _mlm_invariants, ref_mlm_mask, verdict=mlm_invariants),
+    "test_mlm_statistics": Check("mlm_mask", _mlm_statistics, ref_mlm_mask, verdict=mlm_statistics),
+    "test_mlm_loss": Check("mlm_loss", _mlm_loss, ref_mlm_loss, rtol=1e-6, atol=1e-9),
+    "test_mlm_loss_large_logits": Check("mlm_loss", _mlm_loss_large, ref_mlm_loss, rtol=1e-6, atol=1e-9),
+    "test_t5_counts": Check("t5_span_counts", _t5_counts, ref_t5_counts, rtol=0, atol=0),
+    "test_t5_counts_clipping": Check("t5_span_counts", _t5_counts_clipping, ref_t5_counts, rtol=0, atol=0),
+    "test_t5_corruption": Check("t5_span_corruption", _t5_corruption, ref_t5_corruption, rtol=0, atol=0),
+    "test_t5_corruption_edges": Check("t5_span_corruption", _t5_corruption_edges, ref_t5_corruption, rtol=0, atol=0),
+    "test_best_span": Check("best_span", _best_span, ref_best_span, rtol=0, atol=0),
+    "test_best_span_ties": Check("best_span", _best_span_ties, ref_best_span, rtol=0, atol=0),
+}
