@@ -289,7 +289,8 @@ def span_mask(ids: torch.Tensor, mask_id: int, vocab_size: int, word_starts: tor
 class SpanBoundaryTargets(NamedTuple):
     """One row per masked token ``i`` of a span ``[s, e]`` (inclusive) that has tokens on both sides: ``batch``,
     ``position`` (``i``), ``left`` (``s - 1``), ``right`` (``e + 1``), ``offset`` (``i - s``, 0-based; the paper's
-    position embedding ``p_{i-s+1}``) and ``target`` (the original token ``x_i``); each a long tensor ``(N,)``."""
+    position embedding ``p_{i-s+1}``) and ``target`` (the original token ``x_i``); each a long tensor ``(N,)``.
+    Book: Pretraining objectives, "Span masking"."""
 
     batch: torch.Tensor
     position: torch.Tensor
@@ -368,7 +369,7 @@ def electra_corrupt(ids: torch.Tensor, labels: torch.Tensor, generator_logits: t
 
 class NSPExample(NamedTuple):
     """``input_ids`` = ``[CLS] A [SEP] B [SEP]``, ``token_type_ids`` 0 on ``[CLS] A [SEP]`` and 1 on ``B [SEP]``,
-    ``next_sentence_label`` 0 = IsNext, 1 = NotNext."""
+    ``next_sentence_label`` 0 = IsNext, 1 = NotNext. Book: Pretraining objectives, "Next-sentence prediction"."""
 
     input_ids: torch.Tensor
     token_type_ids: torch.Tensor
