@@ -236,7 +236,8 @@ def read_input(path: str, index: int) -> tuple[list[tuple[int, WarcRecord]], lis
 def extract_stage(index: int, record: WarcRecord) -> Document:
     """Stage ``extract``: a Document from a response record, removed when the response is not a 2xx HTML page
     with text (reasons ``extract:http_status:<code>``, ``extract:not_html:<media type>``,
-    ``extract:empty_payload``, ``extract:no_text``).
+    ``extract:empty_payload``, ``extract:no_text``, or ``extract:extractor_error:<exception>`` when the
+    extractor fails on the page).
 
     Book: Pretraining data, "The pipeline"
     """
@@ -249,7 +250,12 @@ def extract_stage(index: int, record: WarcRecord) -> Document:
         reason = f"extract:not_html:{record.content_type.split(';')[0].strip().lower() or 'unknown'}"
     elif not record.payload.strip():
         reason = "extract:empty_payload"
-    text = "" if reason else extract_text(record.payload, record.content_type, record.url)
+    text = ""
+    if reason is None:
+        try:
+            text = extract_text(record.payload, record.content_type, record.url)
+        except Exception as exc:  # noqa: BLE001 - one page the extractor cannot parse must not stop the run
+            reason = f"extract:extractor_error:{type(exc).__name__}"
     if reason is None and not text:
         reason = "extract:no_text"
     if reason:
