@@ -138,7 +138,8 @@ def test_minhash_signature_is_the_min_of_the_universal_hashes():
 
 
 def test_minhash_signature_does_not_depend_on_the_process_hash_seed():
-    code = "from llmarch.webdata import minhash_signature; print(minhash_signature({'a b', 'c d', 'e f'}, 8, 1).tolist())"
+    code = ("from llmarch.webdata import minhash_signature; "
+            "print(minhash_signature({'a b', 'c d', 'e f'}, 8, 1).tolist())")
     outputs = {
         subprocess.run(
             [sys.executable, "-c", code], env={"PYTHONHASHSEED": seed, "PATH": ""}, capture_output=True, text=True,
@@ -162,7 +163,9 @@ def test_minhash_collision_rate_is_unbiased(sizes):
     a, b = set_pair(*sizes)
     j = jaccard(a, b)
     seeds, num_perm = 120, 128
-    estimates = [minhash_jaccard(minhash_signature(a, num_perm, s), minhash_signature(b, num_perm, s)) for s in range(seeds)]
+    estimates = [
+        minhash_jaccard(minhash_signature(a, num_perm, s), minhash_signature(b, num_perm, s)) for s in range(seeds)
+    ]
     se = math.sqrt(j * (1 - j) / (seeds * num_perm))
     assert abs(np.mean(estimates) - j) < 4 * se
     # the spread of one estimate is the binomial one
@@ -297,7 +300,8 @@ def synthetic_near_duplicates(seed=0, originals=25, length=200, vocab=3000):
 
 def brute_force_clusters(texts, threshold, ngram=5):
     sets = [shingles(t, ngram) for t in texts]
-    pairs = [(i, j) for i in range(len(sets)) for j in range(i + 1, len(sets)) if jaccard(sets[i], sets[j]) >= threshold]
+    n = len(sets)
+    pairs = [(i, j) for i in range(n) for j in range(i + 1, n) if jaccard(sets[i], sets[j]) >= threshold]
     return connected_components(len(texts), pairs)
 
 
@@ -695,7 +699,8 @@ def test_perplexity_ranks_reference_like_text_first_and_buckets():
     assert clean < spam
     cutoffs = perplexity_cutoffs([1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0])
     assert cutoffs == pytest.approx((3.0, 5.0))
-    assert [perplexity_bucket(p, cutoffs) for p in (1.0, 3.0, 4.0, 5.0, 9.0)] == ["head", "head", "middle", "middle", "tail"]
+    buckets = [perplexity_bucket(p, cutoffs) for p in (1.0, 3.0, 4.0, 5.0, 9.0)]
+    assert buckets == ["head", "head", "middle", "middle", "tail"]
     assert perplexity_filter("The bread rises.", model, max_perplexity=clean * 10).keep
     assert perplexity_filter("BUY CHEAP PILLS N0W!!!", model, max_perplexity=clean).reasons == ("perplexity:too_high",)
     assert perplexity_filter("   \n ", model, max_perplexity=10.0).reasons == ("perplexity:empty",)

@@ -16,6 +16,7 @@ from .langid import identify_language, language_filter
 from .minhash import (
     MERSENNE_PRIME,
     UnionFind,
+    band_errors,
     band_keys,
     candidate_pairs,
     choose_bands,

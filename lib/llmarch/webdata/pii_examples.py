@@ -44,11 +44,17 @@ PII_EXAMPLES: list[tuple[str, list[tuple[str, str]]]] = [
     ("UK callers: 020 7946 0321, mobile 07700 900123.", [("PHONE", "020 7946 0321"), ("PHONE", "07700 900123")]),
     ("Berlin: (030) 1234567, Mo-Fr.", [("PHONE", "(030) 1234567")]),
     ("Réservations au 01 42 68 53 00.", [("PHONE", "01 42 68 53 00")]),
-    ("Sydney +61 2 9876 5432 or Melbourne +61 3 9123 4567.", [("PHONE", "+61 2 9876 5432"), ("PHONE", "+61 3 9123 4567")]),
+    (
+        "Sydney +61 2 9876 5432 or Melbourne +61 3 9123 4567.",
+        [("PHONE", "+61 2 9876 5432"), ("PHONE", "+61 3 9123 4567")],
+    ),
     ("Call +353.1.555.0100 for Dublin.", [("PHONE", "+353.1.555.0100")]),
     # IPv4 addresses
     ("The server at 192.168.1.10 stopped responding.", [("IP_ADDRESS", "192.168.1.10")]),
-    ("Blocked requests from 203.0.113.45 and 198.51.100.7.", [("IP_ADDRESS", "203.0.113.45"), ("IP_ADDRESS", "198.51.100.7")]),
+    (
+        "Blocked requests from 203.0.113.45 and 198.51.100.7.",
+        [("IP_ADDRESS", "203.0.113.45"), ("IP_ADDRESS", "198.51.100.7")],
+    ),
     ("Set the gateway to 10.0.0.1.", [("IP_ADDRESS", "10.0.0.1")]),
     ("Connection refused (192.0.2.255:8080).", [("IP_ADDRESS", "192.0.2.255")]),
     ("Log: client=172.16.254.3 status=403", [("IP_ADDRESS", "172.16.254.3")]),

@@ -93,7 +93,7 @@ C4_POLICY_PHRASES = ("terms of use", "privacy policy", "cookie policy", "uses co
 """Lines containing one of these (lower-cased) are boilerplate notices (Raffel et al. 2020, section 2.2)."""
 
 _C4_END_MARKS = (".", "!", "?", '"')
-_C4_CITATION = re.compile(r"\[\d*\]|\[edit\]|\[citation needed\]", re.IGNORECASE)
+_C4_CITATION = re.compile(r"\[\d*\]|\[edit\]|\[citation needed\]")
 _C4_MAX_WORD_LENGTH = 1000
 _SENTENCE_END = re.compile(r"[.!?]+[\"'”’)\]]*(?=\s|$)")
 
