@@ -59,7 +59,12 @@ class Check:
     does), captured as JSON and compared by ``compare_data`` (numbers within ``rtol``/``atol``).
 
     ``depends_on``: the student's own functions that ``function`` calls (multi-head attention calls softmax);
-    when this check fails and one of those fails its own checks, the feedback says to fix that one first."""
+    when this check fails and one of those fails its own checks, the feedback says to fix that one first.
+
+    ``verdict``: for a check graded by a property of all its outputs together rather than by their values
+    (MinHash signatures, whose collision rates must estimate Jaccard similarities), a trusted function called
+    with the cases and every case's returned arrays (a tuple per case); it returns ``None`` when they pass, else
+    the message. The reference then only fixes how many values each case returns. Arrays output only."""
 
     function: str
     cases: Callable[[np.random.Generator], list[Case]]
@@ -68,6 +73,7 @@ class Check:
     atol: float = 1e-8
     output: str = "arrays"  # or "data"
     depends_on: tuple[str, ...] = ()  # the student's other functions this one calls (named when they fail)
+    verdict: Callable[[list[Case], list[tuple]], str | None] | None = None  # judges all outputs together
 
 
 @dataclass
@@ -189,6 +195,7 @@ def judge(check: Check, check_id: str, cases: list[Case], expected_all: list, fi
     """Compare every case's captured output (``files``, by the names of :func:`captured_files`) with the
     reference's answers ``expected_all``; the first failing case explains the verdict."""
     folder = f"{OUTPUTS}/{check_id}"
+    returned = []  # every case's values, for a verdict
     for i, (case, expected) in enumerate(zip(cases, expected_all)):
         label = f"hidden case {i + 1} of {len(cases)}, {case.describe(check.function)}"
         error = files.get(f"{folder}/case{i}.error.txt")
@@ -203,6 +210,7 @@ def judge(check: Check, check_id: str, cases: list[Case], expected_all: list, fi
                 return CheckResult(False, problem)
             continue
         expected = expected if isinstance(expected, tuple) else (expected,)
+        values = []
         for j, exp in enumerate(expected):
             data = files.get(f"{folder}/case{i}_out{j}.npy")
             got = None if data is None else parse_npy(data)
@@ -210,9 +218,15 @@ def judge(check: Check, check_id: str, cases: list[Case], expected_all: list, fi
                 what = "no result" if j == 0 else f"only {j} value(s), expected {len(expected)}"
                 return CheckResult(False, f"{label}: the grader received {what} (did the notebook stop before this test?)")
             part = f"{label}, returned value {j + 1}" if len(expected) > 1 else label
-            problem = compare_arrays(got, np.asarray(exp), part, check.rtol, check.atol)
+            problem = None if check.verdict else compare_arrays(got, np.asarray(exp), part, check.rtol, check.atol)
             if problem:
                 return CheckResult(False, problem)
+            values.append(got)
         if files.get(f"{folder}/case{i}_out{len(expected)}.npy") is not None:
             return CheckResult(False, f"{label}: returned more than {len(expected)} value(s)")
+        returned.append(tuple(values))
+    if check.verdict:
+        problem = check.verdict(cases, returned)
+        if problem:
+            return CheckResult(False, problem)
     return CheckResult(True, "the hidden case passes" if len(cases) == 1 else f"all {len(cases)} hidden cases pass")

@@ -136,3 +136,70 @@ def test_a_visible_test_calls_no_other_function_of_the_student(name):
         used = {node.id for node in ast.walk(ast.parse(item.source)) if isinstance(node, ast.Name)} & students
         function = checks[item.grade_id].function
         assert len(used) == 1 and (used == {function} or function not in students), (item.grade_id, used)
+
+
+def test_ps9_minhash_thresholds_fail_an_honest_solution_with_probability_below_1e_9():
+    """ps9's MinHash collisions check: with c_k ~ Binomial(128, q_k), |q_k - J_k| <= 0.003, J_k in [0.2, 0.8],
+    (1) Hoeffding bounds the mean test and (2) a Chernoff bound from the exact binomial distributions bounds the
+    dispersion test, each below 1e-9."""
+    from math import lgamma
+
+    import numpy as np
+
+    from autograder.assignments import ps9_data as m
+
+    n, pairs, bias = m.NUM_PERM, m.COLLISION_PAIRS, 0.003
+    trials = n * (pairs + 1)  # the random pairs and the disjoint pair
+    assert 2 * np.exp(-2 * (m.MEAN_TOLERANCE - bias) ** 2 * trials) < 1e-9
+    c = np.arange(n + 1)
+    log_comb = np.array([lgamma(n + 1) - lgamma(k + 1) - lgamma(n - k + 1) for k in range(n + 1)])
+    worst = np.full(200, -np.inf)  # max over J and q of log E[exp(lambda X)], on a grid of lambda
+    lambdas = np.linspace(0.005, 0.5, 200)
+    for j in np.linspace(0.2, 0.8, 601):
+        x = (c - n * j) ** 2 / (n * j * (1 - j))
+        for q in j + np.linspace(-bias, bias, 5):
+            log_pmf = log_comb + c * np.log(q) + (n - c) * np.log(1 - q)
+            log_mgf = np.logaddexp.reduce(log_pmf[None, :] + lambdas[:, None] * x[None, :], axis=1)
+            worst = np.maximum(worst, log_mgf)
+    log_bound = np.min(-lambdas * m.DISPERSION_FACTOR * pairs + pairs * worst)
+    assert log_bound < np.log(1e-9), np.exp(log_bound)
+
+
+def test_ps9_collision_verdict_accepts_other_honest_hash_functions_and_rejects_a_reused_one():
+    """Any family of independent random hash functions passes (here BLAKE2b of seed, position and item, not the
+    notebook's universal hashing); one function copied to every position fails (by the dispersion test, or
+    by the mean test when its all-or-nothing collisions happen to move the mean too)."""
+    import hashlib
+
+    import numpy as np
+
+    from autograder.assignments import ps9_data as m
+
+    def blake_signature(items, num_perm=128, seed=0):
+        if not items:
+            return np.full(num_perm, m.PRIME)
+        return np.array([min(int.from_bytes(hashlib.blake2b(f"{seed}/{i}/{x}".encode(), digest_size=8).digest(),
+                                            "little") % m.PRIME for x in items) for i in range(num_perm)])
+
+    for seed in range(2):
+        cases = m._minhash_collisions(np.random.default_rng(seed))
+        honest = [(blake_signature(*case.args),) for case in cases]
+        assert m._verdict_collisions(cases, honest) is None
+        reused = [(np.full(m.NUM_PERM, sig[0][0]),) for sig in honest]
+        assert m._verdict_collisions(cases, reused) is not None
+
+
+def test_ps9_pii_reference_agrees_with_the_labels_of_the_generated_strings():
+    """The hidden PII strings are built from templates whose placeholders are known: llmarch's redact_pii (the
+    reference) must give exactly the labelled redaction, and leave the ordinary numbers alone."""
+    import numpy as np
+
+    from autograder.assignments import ps9_data as m
+    from llmarch.webdata import redact_pii
+
+    for seed in range(300):
+        rng = np.random.default_rng(seed)
+        for text, redacted in (m.email_ip_text(rng), m.phone_text(rng)):
+            assert redact_pii(text) == redacted, text
+        text = m.ordinary_text(rng)
+        assert redact_pii(text) == text

@@ -1112,6 +1112,174 @@ def best_span(start_logits, end_logits, max_answer_len):
 """)
 
 # ---------------------------------------------------------------------------------------------------------------
+# ps9-data
+# ---------------------------------------------------------------------------------------------------------------
+PS9 = "ps9-data"
+SHINGLES = {"test_shingles", "test_shingles_short"}
+MINHASH = {"test_minhash_signature", "test_minhash_collisions"}
+C4_BASIC, C4_CLEANING = {"test_c4_line"}, {"test_c4_line_cleaning"}
+
+shingles_with = template(PS9, "shingles", """
+def shingles(text, ngram=5):
+    words = {words}
+    if not words:
+        return []
+    if len(words) < ngram:
+        return {short}
+    return {result}
+""", words='re.findall(r"\\w+", text.lower())', short='[" ".join(words)]',
+    result='sorted({" ".join(words[i : i + ngram]) for i in range(len(words) - ngram + 1)})')
+variant(PS9, "shingles split on whitespace (punctuation kept)", "shingles", SHINGLES,
+        shingles_with(words="text.lower().split()"))
+variant(PS9, "shingles without lower-casing", "shingles", SHINGLES, shingles_with(words='re.findall(r"\\w+", text)'))
+variant(PS9, "shingles miss the last n-gram", "shingles", SHINGLES,
+        shingles_with(result='sorted({" ".join(words[i : i + ngram]) for i in range(len(words) - ngram)})'))
+variant(PS9, "short texts have no shingle", "shingles", {"test_shingles_short"}, shingles_with(short="[]"))
+variant(PS9, "shingles keep repeats (a list, not a set)", "shingles", {"test_shingles"},
+        shingles_with(result='sorted(" ".join(words[i : i + ngram]) for i in range(len(words) - ngram + 1))'))
+variant(PS9, "shingles not sorted", "shingles", {"test_shingles"},
+        shingles_with(result='list(dict.fromkeys(" ".join(words[i : i + ngram]) for i in range(len(words) - ngram + 1)))'))
+jaccard_with = template(PS9, "jaccard", """
+def jaccard(a, b):
+    a, b = set(a), set(b)
+    if not a and not b:
+        return {empty}
+    return {ratio}
+""", empty="1.0", ratio="len(a & b) / len(a | b)")
+variant(PS9, "Jaccard of two empty sets is 0", "jaccard", {"test_jaccard"}, jaccard_with(empty="0.0"))
+variant(PS9, "Jaccard overlap coefficient (divides by the smaller set)", "jaccard", {"test_jaccard"},
+        jaccard_with(ratio="len(a & b) / min(len(a), len(b)) if a and b else 0.0"))
+variant(PS9, "Jaccard counts repeats (lists, not sets)", "jaccard", {"test_jaccard"}, """
+def jaccard(a, b):
+    if not a and not b:
+        return 1.0
+    common = len(set(a) & set(b))
+    return common / (len(a) + len(b) - common)
+""")
+minhash_with = template(PS9, "minhash_signature", """
+def minhash_signature(items, num_perm=128, seed=0):
+    rng = np.random.default_rng({seed})
+    a = rng.integers(1, P, size={size})
+    b = rng.integers(0, P, size={size})
+    x = np.array(sorted({{stable_hash(item) for item in items}}), dtype=np.int64)
+    if x.size == 0:
+        return {empty}
+    return {minimum}
+""", seed="seed", size="num_perm", empty="np.full(num_perm, P, dtype=np.int64)",
+    minimum="((a[:, None] * x[None, :] + b[:, None]) % P).min(axis=1)")
+variant(PS9, "MinHash reuses one hash function for every position", "minhash_signature", {"test_minhash_collisions"},
+        minhash_with(size="1", minimum="np.full(num_perm, ((a * x + b) % P).min())"))
+variant(PS9, "MinHash takes the minimum over the wrong axis", "minhash_signature", MINHASH,
+        minhash_with(minimum="((a[:, None] * x[None, :] + b[:, None]) % P).min(axis=0)"))
+variant(PS9, "MinHash ignores the seed (fresh random hash functions)", "minhash_signature", MINHASH,
+        minhash_with(seed=""))
+variant(PS9, "MinHash without the reduction modulo P", "minhash_signature", MINHASH,
+        minhash_with(minimum="(a[:, None] * x[None, :] + b[:, None]).min(axis=1)"))
+variant(PS9, "MinHash of the empty set is zeros", "minhash_signature", {"test_minhash_signature"},
+        minhash_with(empty="np.zeros(num_perm, dtype=np.int64)"))
+lsh_with = template(PS9, "lsh_probability", """
+def lsh_probability(s, bands, rows):
+    s = np.asarray(s, dtype=float)
+    return {formula}
+""", formula="1.0 - (1.0 - s**rows) ** bands")
+variant(PS9, "LSH probability with bands and rows swapped", "lsh_probability", {"test_lsh_probability"},
+        lsh_with(formula="1.0 - (1.0 - s**bands) ** rows"))
+variant(PS9, "LSH probability that every band agrees", "lsh_probability", {"test_lsh_probability"},
+        lsh_with(formula="(s**rows) ** bands"))
+bands_with = template(PS9, "choose_bands", """
+def choose_bands(threshold, num_perm=128):
+    below, above = np.linspace(0.0, threshold, 1001), np.linspace(threshold, 1.0, 1001)
+    best, best_error = None, np.inf
+    for b in range(1, num_perm + 1):
+        for r in {rows}:
+            false_positive = np.trapezoid(1.0 - (1.0 - {fp_grid}**r) ** b, {fp_grid})
+            false_negative = np.trapezoid((1.0 - {fn_grid}**r) ** b, {fn_grid})
+            error = {error}
+            if error < best_error:
+                best, best_error = {pair}, error
+    return best
+""", rows="range(1, num_perm // b + 1)", fp_grid="below", fn_grid="above",
+    error="0.5 * false_positive + 0.5 * false_negative", pair="(b, r)")
+variant(PS9, "bands: only b * r == num_perm", "choose_bands", {"test_choose_bands"},
+        bands_with(rows="[num_perm // b] if num_perm % b == 0 else []"))
+variant(PS9, "bands: b * r < num_perm (strict)", "choose_bands", {"test_choose_bands"},
+        bands_with(rows="range(1, (num_perm - 1) // b + 1)"))
+variant(PS9, "bands: returns (rows, bands)", "choose_bands", {"test_choose_bands"}, bands_with(pair="(r, b)"))
+variant(PS9, "bands: false positives counted above the threshold", "choose_bands", {"test_choose_bands"},
+        bands_with(fp_grid="above", fn_grid="below"))
+variant(PS9, "bands: false negatives ignored", "choose_bands", {"test_choose_bands"},
+        bands_with(error="false_positive"))
+c4_with = template(PS9, "c4_line_filter", """
+END_MARKS = {end_marks}
+POLICY_PHRASES = ("terms of use", "privacy policy", "cookie policy", "uses cookies", "use of cookies", "use cookies")
+CITATION = re.compile(r"\\[\\d*\\]|\\[edit\\]|\\[citation needed\\]")
+
+
+def c4_line_filter(line, min_words_per_line=5):
+    line = {strip}
+    if any(len(word) > 1000 for word in line.split()):
+        return "word_too_long"
+    line = {citations}
+    if not line.endswith(END_MARKS){ellipsis}:
+        return "no_terminal_punctuation"
+    if len({split}) {compare} min_words_per_line:
+        return "too_few_words"
+    lower = line.lower()
+    if "lorem ipsum" in lower:
+        return "lorem_ipsum"
+    {javascript_and_curly}
+    if any(phrase in {policy_text} for phrase in POLICY_PHRASES):
+        return "policy"
+    return None
+""", end_marks='(".", "!", "?", \'"\')', strip="line.strip()", citations='CITATION.sub("", line).strip()',
+    ellipsis=' or line.endswith("...")', split="line.split()", compare="<", policy_text="lower",
+    javascript_and_curly='if "javascript" in lower:\n        return "javascript"\n    if "{" in line:\n        return "curly_bracket"')
+variant(PS9, "C4: javascript matched case-sensitively", "c4_line_filter", C4_BASIC, c4_with(
+    javascript_and_curly='if "javascript" in line:\n        return "javascript"\n    if "{" in line:\n        return "curly_bracket"'))
+variant(PS9, "C4: policy phrases matched case-sensitively", "c4_line_filter", C4_BASIC, c4_with(policy_text="line"))
+variant(PS9, "C4: a line needs more than min_words_per_line words", "c4_line_filter", C4_BASIC, c4_with(compare="<="))
+variant(PS9, "C4: an ellipsis counts as terminal punctuation", "c4_line_filter", C4_BASIC, c4_with(ellipsis=""))
+variant(PS9, "C4: no closing quote as an end mark", "c4_line_filter", C4_BASIC, c4_with(end_marks='(".", "!", "?")'))
+variant(PS9, "C4: citations not removed", "c4_line_filter", C4_CLEANING, c4_with(citations="line"))
+variant(PS9, "C4: not stripped again after removing citations", "c4_line_filter", C4_CLEANING,
+        c4_with(citations='CITATION.sub("", line)'))
+variant(PS9, "C4: words counted by split(' ')", "c4_line_filter", C4_CLEANING, c4_with(split='line.split(" ")'))
+variant(PS9, "C4: the line is not stripped first", "c4_line_filter", C4_CLEANING,
+        c4_with(strip="line", citations='CITATION.sub("", line)'))
+variant(PS9, "C4: curly bracket checked before javascript", "c4_line_filter", C4_CLEANING, c4_with(
+    javascript_and_curly='if "{" in line:\n        return "curly_bracket"\n    if "javascript" in lower:\n        return "javascript"'))
+variant(PS9, "C4: policy checked before javascript", "c4_line_filter", C4_CLEANING, c4_with(
+    javascript_and_curly='if any(phrase in lower for phrase in POLICY_PHRASES):\n        return "policy"\n'
+                         '    if "javascript" in lower:\n        return "javascript"\n    if "{" in line:\n        return "curly_bracket"'))
+pii_with = template(PS9, "redact_pii", """
+def redact_pii(text):
+    email = r"{email}"
+    octet = r"(?:25[0-5]|2[0-4]\\d|1\\d\\d|[1-9]?\\d)"
+    ipv4 = rf"(?<![\\w.]){{octet}}(?:\\.{{octet}}){{{{3}}}}(?!\\w|\\.\\d)"
+    international = r"(?<![\\w+])\\+\\d{{1,3}}(?:[ -]?\\(\\d{{1,4}}\\)[ -]?\\d{{1,10}})?(?:[ -]\\d{{1,10}}){{0,5}}+(?![\\w]|[.-]\\d)"
+    north_american = r"{north_american}"
+
+    def phone(match):
+        digits = sum(c.isdigit() for c in match.group())
+        return "<PHONE>" if 8 <= digits <= 15 else match.group()
+
+    text = re.sub(email, "<EMAIL>", text)
+    text = re.sub(ipv4, "{ip_tag}", text)
+    {international_step}
+    return re.sub(north_american, "<PHONE>", text)
+""", email=r"(?<![\w.%+-])[A-Za-z0-9][A-Za-z0-9._%+-]*@(?:[A-Za-z0-9-]+\.)+[A-Za-z]{2,}(?![\w-])",
+    north_american=r"(?<![\w+.-])(?:1[ -])?(?:\(\d{3}\) ?\d{3}[ .-]\d{4}|\d{3}([ .-])\d{3}\1\d{4})(?![\w]|[.-]\d)",
+    ip_tag="<IP_ADDRESS>", international_step="text = re.sub(international, phone, text)")
+variant(PS9, "PII: e-mail domains without subdomains", "redact_pii", {"test_pii_email_ip"},
+        pii_with(email=r"(?<![\w.%+-])[A-Za-z0-9][A-Za-z0-9._%+-]*@[A-Za-z0-9-]+\.[A-Za-z]{2,}(?![\w-])"))
+variant(PS9, "PII: e-mail local part without '+'", "redact_pii", {"test_pii_email_ip"},
+        pii_with(email=r"(?<![\w.%+-])[A-Za-z0-9][A-Za-z0-9._%-]*@(?:[A-Za-z0-9-]+\.)+[A-Za-z]{2,}(?![\w-])"))
+variant(PS9, "PII: IPv4 addresses replaced by <IP>", "redact_pii", {"test_pii_email_ip"}, pii_with(ip_tag="<IP>"))
+variant(PS9, "PII: no international phone numbers", "redact_pii", {"test_pii_phone"}, pii_with(international_step=""))
+variant(PS9, "PII: any run of digits and separators is a phone number", "redact_pii",
+        {"test_pii_phone", "test_pii_numbers"}, pii_with(international_step="", north_american=r"\+?\d[\d .()-]{6,}\d"))
+
+# ---------------------------------------------------------------------------------------------------------------
 # The in-process harness
 # ---------------------------------------------------------------------------------------------------------------
 # The Chinchilla fit's reference (4500 L-BFGS starts) takes about a second per case: three seeds for those checks.
@@ -1318,6 +1486,7 @@ CLI_VARIANTS = {
     "ps5-efficient": "online softmax drops a shorter last block",
     "ps6-scaling": "objective: least squares instead of Huber",
     "ps7-modern": "RoPE ignores positions (starts at 0)",
+    "ps9-data": "MinHash reuses one hash function for every position",
     "ps8-objectives": "MLM 90/10/0 (no kept tokens)",
 }
 

@@ -12,6 +12,7 @@ ASSIGNMENTS = {
     "ps6-scaling": "autograder.assignments.ps6_scaling",
     "ps7-modern": "autograder.assignments.ps7_modern",
     "ps8-objectives": "autograder.assignments.ps8_objectives",
+    "ps9-data": "autograder.assignments.ps9_data",
 }
 
 

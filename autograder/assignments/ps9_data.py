@@ -1,0 +1,446 @@
+"""Trusted checks of ps9-data: fresh inputs for every hidden test cell, llmarch as the reference.
+
+The keys of ``CHECKS`` are the ``grade_id`` of the test cells in ``solutions/ps9-data/ps9-data.ipynb``.
+References: ``llmarch.webdata.shingles`` (sorted), ``jaccard``, ``lsh_probability``, ``choose_bands``,
+``c4_line_filter`` (its reason without the ``c4:`` prefix) and ``redact_pii``.
+
+The MinHash signature is graded by its statistics, not its values (students choose their own hash functions):
+- ``test_minhash_signature``: shape ``(num_perm,)``, integers in ``[0, P)`` (``P = 2**31 - 1``, the notebook's
+  prime), the empty set all ``P``, the same set in any order with the same seed the same signature, another
+  seed another signature.
+- ``test_minhash_collisions``: 100 fresh pairs of sets with Jaccard similarities ``J_k`` in ``[0.2, 0.8]``, one
+  disjoint pair and one identical pair, each pair signed with 128 hash functions under its own seed. With
+  ``c_k`` equal positions of ``n = 128``, an honest MinHash has ``c_k ~ Binomial(n, q_k)``, ``q_k`` within 0.003
+  of ``J_k`` (universal hashing modulo ``2**31 - 1``: bias -0.0012, standard error 0.0008, on 384,000 trials). The
+  check requires (1) the mean collision rate within ``MEAN_TOLERANCE = 0.035`` of the mean ``J``: by Hoeffding's
+  inequality an honest solution fails with probability at most ``2 exp(-2 (0.035 - 0.003)^2 * 101 * 128)
+  = 6e-12``; (2) the dispersion ``V = sum_k (c_k - n J_k)^2 / (n J_k (1 - J_k)) <= 3 K`` over the ``K = 100``
+  pairs with ``0 < J < 1``: ``V`` is about ``K`` for an honest solution (a Chernoff bound from the exact binomial
+  distributions gives a failure probability of 4e-18, see tests/test_assignments.py) and about ``n K`` when
+  one hash function is reused ``n`` times (all positions collide or none). (3) identical sets collide everywhere.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from autograder.checks import Case, Check
+from llmarch.webdata import band_errors, c4_line_filter, choose_bands, jaccard, lsh_probability, redact_pii, shingles
+
+NOTEBOOK = "ps9-data.ipynb"
+TRUSTED_CALLABLES: dict = {}
+
+PRIME = 2**31 - 1  # the notebook's P
+NUM_PERM = 128
+COLLISION_PAIRS = 100
+MEAN_TOLERANCE = 0.035
+DISPERSION_FACTOR = 3.0
+
+WORDS = (
+    "the a of to and in that it with for on as was at by from this have be are not but all they one we can "
+    "bread river window garden market winter letter station morning orange silver doctor engine forest "
+    "museum village kitchen teacher harbour library mountain journey picture weather history evening "
+    "travel quiet bright simple careful golden narrow gentle sudden hollow early open small green"
+).split()
+
+
+# --- references ---------------------------------------------------------------------------------------------
+
+
+def ref_shingles(text, ngram=5):
+    return sorted(shingles(text, int(ngram)))
+
+
+def ref_jaccard(a, b):
+    return np.float64(jaccard(a, b))
+
+
+def ref_minhash_placeholder(items, num_perm=NUM_PERM, seed=0):
+    """Only the number of returned values matters: the verdicts judge the signatures."""
+    return np.zeros(int(num_perm))
+
+
+def ref_lsh_probability(s, bands, rows):
+    return np.asarray(lsh_probability(np.asarray(s, dtype=float), int(bands), int(rows)), dtype=float)
+
+
+def ref_choose_bands(threshold, num_perm=128):
+    return tuple(np.int64(v) for v in choose_bands(float(threshold), int(num_perm)))
+
+
+def ref_c4_line_filter(line, min_words_per_line=5):
+    reason = c4_line_filter(line, int(min_words_per_line)).reason
+    return None if reason is None else reason.removeprefix("c4:")
+
+
+def ref_redact_pii(text):
+    return redact_pii(text)
+
+
+# --- fresh inputs -------------------------------------------------------------------------------------------
+
+# Every `cases` function below starts with deterministic edge cases (the same for every seed), built so that each
+# known wrong variant of tests/test_wrong_variants.py fails them every time; random cases come in addition, drawn
+# so that they cannot fail a variant that the edge cases let pass.
+
+
+def _words(rng, n, capital=True):
+    w = [str(x) for x in rng.choice(WORDS, n)]
+    if capital and w:
+        w[0] = w[0].capitalize()
+    return w
+
+
+def _punctuated(rng, n, apostrophes=True):
+    """Text of n words with random capitals, punctuation and spacing; an apostrophe ("baker's") adds a word."""
+    out = []
+    marks = ["", "", "", ",", ".", "!", ";", ":", " -"] + (["'s"] if apostrophes else [])
+    for word in _words(rng, n, capital=False):
+        if rng.random() < 0.3:
+            word = word.upper() if rng.random() < 0.3 else word.capitalize()
+        out.append(word + str(rng.choice(marks)))
+    seps = rng.choice([" ", " ", " ", "  ", "\n", "\t"], len(out))
+    return "".join(w + s for w, s in zip(out, seps)).strip()
+
+
+def _shingles(rng):
+    text = "The cat sat on the mat, and THE CAT sat on the mat again!"
+    return [Case((text, 3)),
+            Case(("one two three four five six", 5)),
+            Case(("a b a b a b", 2)),
+            Case(("Don't stop: 2 go_far, now.", 2)),
+            Case((_punctuated(rng, int(rng.integers(8, 30))), int(rng.integers(2, 7)))),
+            Case((_punctuated(rng, int(rng.integers(8, 30))),)),
+            Case((" ".join(_words(rng, 12, capital=False) * 2), int(rng.integers(1, 4))))]
+
+
+def _shingles_short(rng):
+    n = int(rng.integers(3, 8))
+    return [Case(("Hello, World", 5)),
+            Case(("  ... !!  ", 3)),
+            Case(("", 2)),
+            Case((_punctuated(rng, n - 1, apostrophes=False), n)),
+            Case((_punctuated(rng, n, apostrophes=False), n)),
+            Case((_punctuated(rng, int(rng.integers(1, 4)), apostrophes=False),))]
+
+
+def _item_list(rng, n):
+    return [f"{w}{int(rng.integers(0, 50))}" for w in rng.choice(WORDS, n)]
+
+
+def _jaccard(rng):
+    a = _item_list(rng, int(rng.integers(3, 15)))
+    b = _item_list(rng, int(rng.integers(3, 15)))
+    return [Case((["x", "y", "y", "z"], ["y", "z", "w"])),
+            Case(([], [])),
+            Case((["x", "x"], [])),
+            Case((["a", "b"], ["c", "d"])),
+            Case((["a", "b", "c"], ["c", "b", "a", "a"])),
+            Case((a, b)),
+            Case((a + a[:2], a[::-1] + b[:3]))]
+
+
+def _fresh_items(rng, n, tag):
+    return [f"{tag}-{i}-{int(v)}" for i, v in enumerate(rng.integers(0, 10**9, n))]
+
+
+def _pair_with_jaccard(rng, tag):
+    """Two lists of distinct items whose Jaccard similarity is in [0.2, 0.8], with that value."""
+    while True:
+        na, nb = (int(v) for v in rng.integers(40, 121, 2))
+        common = int(rng.integers(1, min(na, nb) + 1))
+        j = common / (na + nb - common)
+        if 0.2 <= j <= 0.8:
+            break
+    items = _fresh_items(rng, na + nb - common, tag)
+    a, b = items[:na], items[na - common:]
+    order = rng.permutation(len(b))
+    return a, [b[i] for i in order], j
+
+
+def _minhash_signature(rng):
+    items = _fresh_items(rng, 30, "p")
+    seed = int(rng.integers(0, 2**31))
+    other = (seed + 1 + int(rng.integers(0, 1000))) % 2**31
+    return [Case((items, 16, seed)),
+            Case((items[::-1] + items[:5], 16, seed)),
+            Case((items, 16, other)),
+            Case((_fresh_items(rng, 5, "q"), 1, int(rng.integers(0, 2**31)))),
+            Case((_fresh_items(rng, 12, "r"), 7), {"seed": int(rng.integers(0, 2**31))}),
+            Case((_fresh_items(rng, 50, "s"), 200, int(rng.integers(0, 2**31)))),
+            Case(([], 8, seed)),
+            Case((_fresh_items(rng, 3, "t"),))]
+
+
+def _minhash_collisions(rng):
+    identical = _fresh_items(rng, 60, "same")
+    disjoint = (_fresh_items(rng, 50, "left"), _fresh_items(rng, 70, "right"))
+    seeds = [int(s) for s in rng.integers(0, 2**31, COLLISION_PAIRS + 2)]
+    cases = [Case((identical, NUM_PERM, seeds[0])), Case((identical[::-1], NUM_PERM, seeds[0])),
+             Case((disjoint[0], NUM_PERM, seeds[1])), Case((disjoint[1], NUM_PERM, seeds[1]))]
+    for k in range(COLLISION_PAIRS):
+        a, b, _ = _pair_with_jaccard(rng, f"k{k}")
+        cases += [Case((a, NUM_PERM, seeds[k + 2])), Case((b, NUM_PERM, seeds[k + 2]))]
+    return cases
+
+
+def _signature_problem(values, case) -> str | None:
+    num_perm = int(case.args[1]) if len(case.args) > 1 else NUM_PERM
+    sig = values[0]
+    if sig.shape != (num_perm,):
+        return f"expected a signature of shape ({num_perm},), got shape {sig.shape}"
+    if sig.dtype.kind not in "iu":
+        return f"expected integers (hash values), got dtype {sig.dtype}"
+    if len(case.args[0]) == 0:
+        if not np.all(sig == PRIME):
+            return f"the signature of the empty set must be P = 2**31 - 1 everywhere, got {sig[:4].tolist()}..."
+    elif np.any((sig < 0) | (sig >= PRIME)):
+        return "hash values must lie in [0, P) with P = 2**31 - 1: did you reduce (a * x + b) modulo P?"
+    return None
+
+
+def _verdict_signature(cases, outputs) -> str | None:
+    for i, (case, values) in enumerate(zip(cases, outputs)):
+        problem = _signature_problem(values, case)
+        if problem:
+            return f"hidden case {i + 1} of {len(cases)}, {case.describe('minhash_signature')}: {problem}"
+    first, reordered, other_seed = (v[0] for v in outputs[:3])
+    if not np.array_equal(first, reordered):
+        return ("the same set (items reversed, some repeated) with the same num_perm and seed gave a different "
+                "signature: the signature must depend on the set and the seed only")
+    if np.array_equal(first, other_seed):
+        return "two different seeds gave the same signature: the seed must choose the hash functions"
+    return None
+
+
+def _verdict_collisions(cases, outputs) -> str | None:
+    for i, (case, values) in enumerate(zip(cases, outputs)):
+        problem = _signature_problem(values, case)
+        if problem:
+            return f"hidden case {i + 1} of {len(cases)}, {case.describe('minhash_signature')}: {problem}"
+    sigs = [v[0] for v in outputs]
+    if not np.array_equal(sigs[0], sigs[1]):
+        return "two identical sets (in another order) got different signatures under the same seed"
+    counts, similarities = [], []
+    for k in range(1, len(cases) // 2):
+        a, b = cases[2 * k].args[0], cases[2 * k + 1].args[0]
+        similarities.append(len(set(a) & set(b)) / len(set(a) | set(b)))
+        counts.append(int(np.sum(sigs[2 * k] == sigs[2 * k + 1])))
+    counts, j = np.array(counts), np.array(similarities)
+    rate, mean_j = counts.sum() / (NUM_PERM * len(counts)), j.mean()
+    if abs(rate - mean_j) > MEAN_TOLERANCE:
+        return (f"over {len(counts)} pairs of sets, signatures agree in {rate:.3f} of their positions but the mean "
+                f"Jaccard similarity is {mean_j:.3f}: the collision rate must estimate the Jaccard similarity "
+                f"(an honest MinHash is off by more than {MEAN_TOLERANCE} with probability below 1e-9)")
+    inside = (j > 0) & (j < 1)
+    v = np.sum((counts[inside] - NUM_PERM * j[inside]) ** 2 / (NUM_PERM * j[inside] * (1 - j[inside])))
+    if v > DISPERSION_FACTOR * inside.sum():
+        return (f"the number of agreeing positions varies {v / inside.sum():.1f} times as much between pairs as "
+                f"with {NUM_PERM} independent hash functions: does every position use its own hash function "
+                "(its own a and b)?")
+    return None
+
+
+def _lsh_probability(rng):
+    s = np.linspace(0.0, 1.0, 11)
+    return [Case((s, 20, 5)),
+            Case((np.array([0.5, 0.8]), 2, 3)),
+            Case((np.float64(0.7), 1, 1)),
+            Case((rng.uniform(0, 1, size=int(rng.integers(3, 10))), int(rng.integers(1, 40)),
+                  int(rng.integers(1, 20))))]
+
+
+def _clear_band_case(rng):
+    """A (threshold, num_perm) whose best (bands, rows) beats the runner-up by at least 0.5% of the error, so that
+    a careful numerical integration (1001-point trapezoid rule) finds the same optimum."""
+    while True:
+        num_perm = int(rng.integers(8, 257))
+        threshold = float(np.round(rng.uniform(0.2, 0.9), 3))
+        _, error = band_errors(threshold, num_perm)
+        best, second = np.sort(error)[:2]
+        if second - best >= 5e-3 * best:
+            return threshold, num_perm
+
+
+def _choose_bands(rng):
+    return [Case((0.7, 128)), Case((0.5, 32)), Case((0.6, 32)), Case((0.45,), {"num_perm": 128}),
+            Case(_clear_band_case(rng)), Case(_clear_band_case(rng))]
+
+
+def _plain_sentence(rng, n_words, end):
+    return " ".join(_words(rng, n_words)) + end
+
+
+def _basic_line(rng):
+    """A stripped line with single spaces, no citation, at most one defect (and word counts near the limit)."""
+    kind = rng.integers(0, 7)
+    n = int(rng.integers(6, 10))
+    if kind == 0:
+        return _plain_sentence(rng, n, str(rng.choice([".", "!", "?", '."'])))
+    if kind == 1:
+        return _plain_sentence(rng, n, str(rng.choice(["", ",", ":", "...", ";"])))
+    if kind == 2:
+        return _plain_sentence(rng, int(rng.integers(4, 6)), ".")
+    words = _words(rng, n)
+    insert = {3: str(rng.choice(["javascript", "JavaScript", "JAVASCRIPT"])),
+              4: str(rng.choice(["terms of use", "Privacy Policy", "cookie policy", "uses cookies", "use cookies"])),
+              5: str(rng.choice(["lorem ipsum", "Lorem Ipsum"])),
+              6: "{"}[int(kind)]
+    words.insert(int(rng.integers(1, len(words))), insert)
+    return " ".join(words) + "."
+
+
+def _c4_line(rng):
+    edge = ["We bake bread every morning here.", 'He said "we bake bread every morning."',
+            "We bake bread every morning here", "We bake bread every morning here...", "Read more about it.",
+            "Read more about it now.", "Please enable JavaScript to view this page.",
+            "Read our Terms of Use before you buy.", "Lorem ipsum dolor sit amet, consectetur.",
+            "The function body is { return x; } here."]
+    cases = [Case((line,)) for line in edge]
+    cases.append(Case(("Read it now.",), {"min_words_per_line": 3}))
+    cases += [Case((_basic_line(rng),)) for _ in range(8)]
+    cases.append(Case((_plain_sentence(rng, 4, "."), 4)))
+    return cases
+
+
+def _cleaning_line(rng):
+    """Citations, extra whitespace and long words around a clearly kept or clearly short sentence."""
+    n = int(rng.choice([2, 3, 7, 8, 9]))
+    words = _words(rng, n)
+    if rng.random() < 0.5:
+        words[int(rng.integers(0, n))] += str(rng.choice(["[1]", "[23]", "[edit]", "[citation needed]"]))
+    sep = str(rng.choice([" ", "  ", " \t "]))
+    end = str(rng.choice([".", "!", "?"]))
+    citation = str(rng.choice(["", "", "[4]", "[]", "[edit]", " [citation needed]"]))
+    line = sep.join(words) + end + citation
+    return str(rng.choice(["", " ", "\t", "   "])) + line + str(rng.choice(["", " ", "\t "]))
+
+
+def _c4_line_cleaning(rng):
+    edge = ["The battle ended in 1815 with a treaty.[1]", "The battle ended in 1815 with a treaty[1]",
+            "The line ends with a citation. [citation needed]", "   We bake bread every morning here.   ",
+            "Too  few  words  here.", "Enable javascript to accept our cookie policy.",
+            "Lorem ipsum: please enable javascript to continue.", "Please enable javascript { to continue.",
+            "Enable JavaScript", "We bake " + "x" * 1001 + " bread every day."]
+    return [Case((line,)) for line in edge] + [Case((_cleaning_line(rng),)) for _ in range(8)]
+
+
+# --- personal information -----------------------------------------------------------------------------------
+
+FIRST = ["jane", "bob", "anna", "li", "omar", "sofia", "kai", "maria", "tom", "ines"]
+LAST = ["doe", "smith", "ng", "garcia", "khan", "meyer", "rossi", "kim"]
+DOMAINS = ["example.com", "example.org", "example.net", "mail.example.com", "cs.example.edu", "shop.example.co.uk",
+           "example.io", "news.example.de"]
+
+
+def _email(rng):
+    first, last = str(rng.choice(FIRST)), str(rng.choice(LAST))
+    local = str(rng.choice([first, f"{first}.{last}", f"{first}_{last}", f"{first}{int(rng.integers(1, 99))}",
+                            f"{first}+news", f"{first[0]}.{last}", f"{first}-{last}"]))
+    address = f"{local}@{rng.choice(DOMAINS)}"
+    return address.upper() if rng.random() < 0.1 else address
+
+
+def _ipv4(rng):
+    return ".".join(str(int(o)) for o in rng.integers(0, 256, 4))
+
+
+def _fill(template: str, values: dict[str, tuple[str, str]]) -> tuple[str, str]:
+    """The text with each field's value, and the text as it must come out of redact_pii (placeholders)."""
+    return (template.format(**{k: v for k, (v, _) in values.items()}),
+            template.format(**{k: tag for k, (_, tag) in values.items()}))
+
+
+def email_ip_text(rng) -> tuple[str, str]:
+    """A sentence with e-mail and IPv4 addresses, and its redaction."""
+    values = {"e1": (_email(rng), "<EMAIL>"), "e2": (_email(rng), "<EMAIL>"),
+              "ip1": (_ipv4(rng), "<IP_ADDRESS>"), "ip2": (_ipv4(rng), "<IP_ADDRESS>")}
+    templates = ["Contact {e1} for details.", "Write to {e1} or {e2}.", "The server {ip1} stopped responding.",
+                 "Requests from {ip1} and {ip2} were blocked.", "Admin: {e1}, host {ip1}.",
+                 "Send the form to <{e1}> today.", "Gateway ({ip1}) and mail ({e1}).", "Ping {ip1} first"]
+    return _fill(str(rng.choice(templates)), values)
+
+
+def _pii_email_ip(rng):
+    edge = ["Write to jane.doe+jobs@mail.example.org today.", "Questions? Ask info@example.co.uk.",
+            "Blocked 203.0.113.45 and 10.0.0.1.", "Either a.b@example.com or A.B@EXAMPLE.COM, from 192.168.1.255",
+            "No personal data in this sentence."]
+    return [Case((t,)) for t in edge] + [Case((email_ip_text(rng)[0],)) for _ in range(6)]
+
+
+def _digits(rng, n):
+    return "".join(str(int(d)) for d in rng.integers(0, 10, n))
+
+
+def _phone(rng):
+    area, exchange, line = int(rng.integers(200, 1000)), int(rng.integers(200, 1000)), _digits(rng, 4)
+    formats = [f"({area}) {exchange}-{line}", f"{area}-{exchange}-{line}", f"{area}.{exchange}.{line}",
+               f"{area} {exchange} {line}", f"+1 {area} {exchange} {line}", f"+1 ({area}) {exchange}-{line}",
+               f"1-{area}-{exchange}-{line}",
+               f"+44 20 {_digits(rng, 4)} {_digits(rng, 4)}", f"+49 30 {_digits(rng, int(rng.integers(7, 9)))}",
+               "+33 " + str(int(rng.integers(1, 10))) + "".join(f" {_digits(rng, 2)}" for _ in range(4)),
+               f"+91-{_digits(rng, 5)}-{_digits(rng, 5)}", f"+81 3-{_digits(rng, 4)}-{_digits(rng, 4)}",
+               f"+61 2 {_digits(rng, 4)} {_digits(rng, 4)}"]
+    return str(rng.choice(formats))
+
+
+def phone_text(rng) -> tuple[str, str]:
+    """A sentence with phone numbers, and its redaction."""
+    values = {"p1": (_phone(rng), "<PHONE>"), "p2": (_phone(rng), "<PHONE>")}
+    templates = ["Call {p1} today.", "Phone: {p1}, fax: {p2}.", "Reach the desk on {p1}.", "Mobile {p1}",
+                 "Our hotline is {p1} (toll free).", "Dial {p1} or {p2} from abroad."]
+    return _fill(str(rng.choice(templates)), values)
+
+
+def _pii_phone(rng):
+    edge = ["Call (555) 123-4567 now.", "Phone: 555-867-5309, fax: 555.867.5310.", "London: +44 20 7946 0958.",
+            "Berlin +49 30 12345678 or +1 (555) 014-2233.", "Mobile +91-98765-43210", "Reach us on 1-555-010-4477."]
+    return [Case((t,)) for t in edge] + [Case((phone_text(rng)[0],)) for _ in range(6)]
+
+
+def ordinary_text(rng) -> str:
+    """A sentence of ordinary numbers that redact_pii must leave unchanged."""
+    year, n = int(rng.integers(1900, 2030)), int(rng.integers(0, 6))
+    choices = [
+        f"The company was founded in {year} and moved in {year + int(rng.integers(1, 20))}.",
+        f"Prices start at ${int(rng.integers(1, 10))},{_digits(rng, 3)}.{_digits(rng, 2)}.",
+        f"Python 3.{int(rng.integers(5, 14))}.{int(rng.integers(0, 10))} fixed the bug.",
+        f"The meeting is on {year}-{int(rng.integers(1, 13)):02d}-{int(rng.integers(1, 29)):02d} at "
+        f"{int(rng.integers(0, 24)):02d}:{int(rng.integers(0, 60)):02d}.",
+        f"Deadline: {int(rng.integers(1, 29)):02d}/{int(rng.integers(1, 13)):02d}/{year}.",
+        f"Population: {int(rng.integers(1, 999))},{_digits(rng, 3)},{_digits(rng, 3)} in {year}.",
+        f"ISBN 978-{int(rng.integers(0, 10))}-{_digits(rng, 2)}-{_digits(rng, 6)}-{int(rng.integers(0, 10))}, "
+        f"{int(rng.integers(100, 900))} pages.",
+        f"Order number {int(rng.integers(1, 10))}{_digits(rng, 9)} has shipped.",
+        f"Windows 10.0.{int(rng.integers(10000, 30000))}.{int(rng.integers(1000, 9999))} shipped in {year}.",
+        f"In {year}, {int(rng.integers(1, 100))}% of {int(rng.integers(1, 10))},{_digits(rng, 3)} users agreed.",
+        f"Scores: {int(rng.integers(10, 100))}-{int(rng.integers(10, 100))}-{int(rng.integers(10, 100))} in "
+        f"round {n + 1}.",
+    ]
+    return str(rng.choice(choices))
+
+
+def _pii_numbers(rng):
+    edge = ["The company was founded in 1998 and moved in 2004.", "Prices start at $1,299.99 and go up to $2,450.",
+            "Python 3.11.2 fixed the bug reported in 3.10.4.", "The meeting is on 2023-05-14 at 14:30.",
+            "ISBN 978-3-16-148410-0, 2nd edition.", "Order number 4481920375 has shipped.",
+            "Population: 1,234,567 (census of 2011)."]
+    return [Case((t,)) for t in edge] + [Case((ordinary_text(rng),)) for _ in range(6)]
+
+
+CHECKS = {
+    "test_shingles": Check("shingles", _shingles, ref_shingles, output="data"),
+    "test_shingles_short": Check("shingles", _shingles_short, ref_shingles, output="data"),
+    "test_jaccard": Check("jaccard", _jaccard, ref_jaccard),
+    "test_minhash_signature": Check("minhash_signature", _minhash_signature, ref_minhash_placeholder,
+                                    verdict=_verdict_signature),
+    "test_minhash_collisions": Check("minhash_signature", _minhash_collisions, ref_minhash_placeholder,
+                                     verdict=_verdict_collisions),
+    "test_lsh_probability": Check("lsh_probability", _lsh_probability, ref_lsh_probability),
+    "test_choose_bands": Check("choose_bands", _choose_bands, ref_choose_bands),
+    "test_c4_line": Check("c4_line_filter", _c4_line, ref_c4_line_filter, output="data"),
+    "test_c4_line_cleaning": Check("c4_line_filter", _c4_line_cleaning, ref_c4_line_filter, output="data"),
+    "test_pii_email_ip": Check("redact_pii", _pii_email_ip, ref_redact_pii, output="data"),
+    "test_pii_phone": Check("redact_pii", _pii_phone, ref_redact_pii, output="data"),
+    "test_pii_numbers": Check("redact_pii", _pii_numbers, ref_redact_pii, output="data"),
+}
