@@ -141,7 +141,10 @@ class _Page:
 
 class SyntheticCrawl(NamedTuple):
     """What :func:`write_synthetic_crawl` wrote: the WARC files (in crawl order), the labels file, and the
-    number of pages of each kind."""
+    number of pages of each kind.
+
+    Book: Pretraining data, "From a crawl to text"
+    """
 
     warc_files: list[Path]
     labels: Path

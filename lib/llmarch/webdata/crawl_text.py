@@ -39,7 +39,10 @@ __all__ = [
 @dataclass(frozen=True)
 class Topic:
     """The vocabulary of one topic: singular nouns, adjectives, verbs (base form, taking an object), people
-    (singular), places, and the site that writes about it."""
+    (singular), places, and the site that writes about it.
+
+    Book: Pretraining data, "From a crawl to text"
+    """
 
     name: str
     site: str
@@ -402,7 +405,10 @@ _A_BEFORE_VOWEL = re.compile(r"\b([Aa]) (?=[aeiou](?!ni|se))")  # "a elusive wre
 
 def plural(noun: str) -> str:
     """The plural of a regular English noun phrase (its last word changes): ``"compost heap" ->
-    "compost heaps"``, ``"hobby" -> "hobbies"``, ``"bush" -> "bushes"``, ``"hive tool" -> "hive tools"``."""
+    "compost heaps"``, ``"hobby" -> "hobbies"``, ``"bush" -> "bushes"``, ``"hive tool" -> "hive tools"``.
+
+    Book: Pretraining data, "From a crawl to text"
+    """
     if not isinstance(noun, str) or not noun.strip():
         raise ValueError(f"noun must be a non-empty str, got {noun!r}")
     if noun.endswith("y") and noun[-2:-1] not in tuple("aeiou"):
@@ -430,14 +436,20 @@ def _fill(template: str, topic: Topic, rng: random.Random) -> str:
 
 
 def english_sentence(topic: Topic, rng: random.Random) -> str:
-    """One English sentence about ``topic``: a random template with its slots filled."""
+    """One English sentence about ``topic``: a random template with its slots filled.
+
+    Book: Pretraining data, "From a crawl to text"
+    """
     return _fill(rng.choice(_TEMPLATES), topic, rng)
 
 
 def english_paragraphs(topic: Topic, rng: random.Random, n_paragraphs: int, sentences: tuple[int, int] = (3, 6)
                        ) -> list[str]:
     """``n_paragraphs`` paragraphs of ``sentences[0]..sentences[1]`` sentences about ``topic``; no template is
-    used twice on one page (so at most ``len(_TEMPLATES)`` sentences)."""
+    used twice on one page (so at most ``len(_TEMPLATES)`` sentences).
+
+    Book: Pretraining data, "From a crawl to text"
+    """
     counts = [rng.randint(*sentences) for _ in range(n_paragraphs)]
     if sum(counts) > len(_TEMPLATES):
         raise ValueError(f"{sum(counts)} sentences asked, but there are only {len(_TEMPLATES)} templates")
@@ -450,13 +462,19 @@ def english_paragraphs(topic: Topic, rng: random.Random, n_paragraphs: int, sent
 
 
 def page_title(topic: Topic, rng: random.Random) -> str:
-    """A headline for an article about ``topic``."""
+    """A headline for an article about ``topic``.
+
+    Book: Pretraining data, "From a crawl to text"
+    """
     return _fill(rng.choice(_TITLES), topic, rng)
 
 
 def foreign_paragraphs(language: str, rng: random.Random, n_paragraphs: int) -> list[str]:
     """``n_paragraphs`` paragraphs of 3-4 sentences in ``language`` (a key of :data:`FOREIGN_SENTENCES`), each
-    sentence used at most once."""
+    sentence used at most once.
+
+    Book: Pretraining data, "From a crawl to text"
+    """
     if language not in FOREIGN_SENTENCES:
         raise ValueError(f"language must be one of {sorted(FOREIGN_SENTENCES)}, got {language!r}")
     sentences = list(FOREIGN_SENTENCES[language])
@@ -470,6 +488,9 @@ def foreign_paragraphs(language: str, rng: random.Random, n_paragraphs: int) -> 
 
 
 def slug(text: str) -> str:
-    """A URL path segment from a title: ``"How to prune a hardy rose" -> "how-to-prune-a-hardy-rose"``."""
+    """A URL path segment from a title: ``"How to prune a hardy rose" -> "how-to-prune-a-hardy-rose"``.
+
+    Book: Pretraining data, "From a crawl to text"
+    """
     kept = "".join(c if c in string.ascii_lowercase + string.digits else "-" for c in text.lower())
     return "-".join(part for part in kept.split("-") if part)

@@ -189,7 +189,10 @@ class Document:
 @dataclass
 class PipelineResult:
     """What :func:`run_pipeline` computed: the documents in order, the read errors, the number of records of
-    each WARC type, and per input the number of records read."""
+    each WARC type, and per input the number of records read.
+
+    Book: Pretraining data, "The pipeline"
+    """
 
     documents: list[Document]
     read_errors: list[ReadError]
