@@ -31,7 +31,7 @@ from llmarch.webdata.pipeline import (
     write_outputs,
 )
 from llmarch.webdata.__main__ import main as webdata_main
-from llmarch.webdata.warc import ReadError, extract_text, iter_warc
+from llmarch.webdata.warc import ReadError, decode_html, extract_text, iter_warc
 
 N_PAGES, SEED = 120, 1
 OUTPUTS = ("kept.jsonl", "removed.jsonl", "stats.json")
@@ -147,7 +147,9 @@ def test_extraction_keeps_the_article_and_drops_the_boilerplate():
     assert "Prune the roses in early spring" in text and "Feed them afterwards" in text
     for boilerplate in ("About us", "cookies", "All rights reserved"):
         assert boilerplate not in text
-    assert extract_text("Größe: 3 Äpfel".encode("latin-1"), "text/html; charset=iso-8859-1") in ("", "Größe: 3 Äpfel")
+    assert decode_html("Größe".encode("latin-1"), "text/html; charset=ISO-8859-1") == "Größe"
+    assert decode_html("Größe".encode("utf-8"), "text/html") == "Größe"  # no charset: UTF-8
+    assert decode_html(b"caf\xe9", "text/html; charset=no-such-codec") == "caf\ufffd"  # unknown: UTF-8, replaced
     with pytest.raises(ValueError):
         extract_text("not bytes")
 
