@@ -9,9 +9,13 @@ Modules, one topic each:
 - :mod:`.pii`: ``redact_pii`` (e-mail, phone, IPv4), with a labelled set in :mod:`.pii_examples`;
 - :mod:`.quality`: C4's and Gopher's rules, each returning a :class:`FilterResult` with its reasons;
 - :mod:`.perplexity`: a Kneser-Ney n-gram model and CCNet's perplexity buckets;
-- :mod:`.langid`: language identification with py3langid.
+- :mod:`.langid`: language identification with py3langid;
+- :mod:`.crawl`: a deterministic synthetic crawl (WARC files and hidden labels); :mod:`.warc` reads WARC records and
+  extracts text; :mod:`.pipeline` is the Dask pipeline behind ``python -m llmarch.webdata run`` (imported on its own,
+  so that ``import llmarch.webdata`` does not load dask and trafilatura).
 """
 
+from .crawl import read_labels, write_synthetic_crawl
 from .langid import identify_language, language_filter
 from .minhash import (
     MERSENNE_PRIME,
