@@ -236,37 +236,6 @@ def test_class_report_in_a_browser(tmp_path):
     assert all(url.startswith("file://") for url in requests), requests  # works offline
 
 
-# -- A Dask cluster --------------------------------------------------------------------------------------------
-
-@pytest.fixture
-def dask_cluster(tmp_path):
-    """A real cluster on loopback: `dask scheduler` and two `dask worker` processes (one task at a time each)."""
-    dask = Path(sys.executable).with_name("dask")
-    scheduler_file = tmp_path / "scheduler.json"
-    common = ["--no-dashboard"]
-    processes = [subprocess.Popen([str(dask), "scheduler", "--host", "127.0.0.1", "--port", "0",
-                                   "--scheduler-file", str(scheduler_file), *common],
-                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)]
-    try:
-        for _ in range(300):
-            if scheduler_file.exists() and scheduler_file.stat().st_size:
-                break
-            time.sleep(0.1)
-        for _ in range(2):
-            processes.append(subprocess.Popen(
-                [str(dask), "worker", "--scheduler-file", str(scheduler_file), "--nworkers", "1", "--nthreads", "1",
-                 "--host", "127.0.0.1", *common], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                start_new_session=True))
-        address = json.loads(scheduler_file.read_text())["address"]
-        from dask.distributed import Client
-
-        with Client(address, timeout="30s") as client:
-            client.wait_for_workers(2, timeout=60)
-        yield address
-    finally:
-        for process in processes:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
 
 
 def test_grading_on_a_dask_cluster_equals_a_local_run(tmp_path, dask_cluster):

@@ -7,12 +7,7 @@ from __future__ import annotations
 
 import gzip
 import json
-import os
 import re
-import signal
-import subprocess
-import sys
-import time
 from collections import Counter
 from pathlib import Path
 
@@ -403,34 +398,6 @@ def test_the_cli_writes_the_crawl_and_no_progress_bar_off_a_tty(tmp_path, capsys
         webdata_main(["run", *files, "--out", str(tmp_path / "o"), "--near-threshold", "2"])
 
 
-@pytest.fixture
-def dask_cluster(tmp_path):
-    """A real cluster on loopback: `dask scheduler` and two `dask worker` processes (one thread each)."""
-    dask = Path(sys.executable).with_name("dask")
-    scheduler_file = tmp_path / "scheduler.json"
-    processes = [subprocess.Popen([str(dask), "scheduler", "--host", "127.0.0.1", "--port", "0", "--no-dashboard",
-                                   "--scheduler-file", str(scheduler_file)],
-                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)]
-    try:
-        for _ in range(300):
-            if scheduler_file.exists() and scheduler_file.stat().st_size:
-                break
-            time.sleep(0.1)
-        for _ in range(2):
-            processes.append(subprocess.Popen(
-                [str(dask), "worker", "--scheduler-file", str(scheduler_file), "--nworkers", "1", "--nthreads", "1",
-                 "--host", "127.0.0.1", "--no-dashboard"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                start_new_session=True))
-        address = json.loads(scheduler_file.read_text())["address"]
-        from dask.distributed import Client
-
-        with Client(address, timeout="30s") as client:
-            client.wait_for_workers(2, timeout=60)
-        yield address
-    finally:
-        for process in processes:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
 
 
 def test_a_two_worker_cluster_writes_the_same_bytes_as_a_local_run(crawl, outputs, tmp_path, dask_cluster):
