@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 
@@ -21,6 +22,19 @@ def check_tensor(name: str, t, dims: int | None = None, min_dim: int | None = No
         raise ValueError(f"{name} has shape {shape_str(t.shape)} but must have at least {min_dim} dimensions")
     if floating and not t.is_floating_point():
         raise ValueError(f"{name} must be a floating-point tensor, got dtype {t.dtype}")
+
+
+def check_text(name: str, text) -> None:
+    """Raise ``ValueError`` naming ``name`` unless ``text`` is a ``str`` (bytes and None are refused)."""
+    if not isinstance(text, str):
+        raise ValueError(f"{name} must be a str, got {type(text).__name__}")
+
+
+def check_int(name: str, value, low: int = 0) -> None:
+    """Raise ``ValueError`` naming ``name`` unless ``value`` is an integer (not a bool) at least ``low``."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
+        kind = "a positive" if low == 1 else "a non-negative" if low == 0 else f"an integer >= {low}, i.e. a"
+        raise ValueError(f"{name} must be {kind} integer, got {value!r}")
 
 
 def check_qkv(q, k, v) -> None:

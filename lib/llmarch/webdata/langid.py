@@ -16,6 +16,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from functools import lru_cache
 
+from llmarch._checks import check_text
+
 from .quality import FilterResult
 
 __all__ = ["identify_language", "language_filter"]
@@ -35,8 +37,7 @@ def identify_language(text: str) -> tuple[str, float]:
 
     Book: Pretraining data, "Language identification"
     """
-    if not isinstance(text, str):
-        raise ValueError(f"text must be a str, got {type(text).__name__}")
+    check_text("text", text)
     if not any(c.isalpha() for c in text):
         return "und", 0.0
     lang, prob = _identifier().classify(text)

@@ -39,6 +39,8 @@ from collections.abc import Iterable, Sequence
 
 import numpy as np
 
+from llmarch._checks import check_int, check_text
+
 __all__ = [
     "MERSENNE_PRIME",
     "words",
@@ -69,16 +71,6 @@ _P = np.uint64(MERSENNE_PRIME)
 _ITEM_BLOCK = 4096  # items hashed per block: bounds the (num_perm, block) intermediate to 4 MiB at 128 perms
 
 
-def _check_text(name: str, text) -> None:
-    if not isinstance(text, str):
-        raise ValueError(f"{name} must be a str, got {type(text).__name__}")
-
-
-def _check_positive_int(name: str, value) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-        raise ValueError(f"{name} must be a positive integer, got {value!r}")
-
-
 def words(text: str) -> list[str]:
     """The words of ``text``: runs of ``\\w`` characters of the lower-cased text.
 
@@ -86,7 +78,7 @@ def words(text: str) -> list[str]:
 
     Book: Pretraining data, "Near deduplication with MinHash"
     """
-    _check_text("text", text)
+    check_text("text", text)
     return _WORD.findall(text.lower())
 
 
@@ -99,7 +91,7 @@ def shingles(text: str, ngram: int = 5) -> set[str]:
 
     Book: Pretraining data, "Near deduplication with MinHash"
     """
-    _check_positive_int("ngram", ngram)
+    check_int("ngram", ngram, low=1)
     w = words(text)
     if not w:
         return set()
@@ -200,7 +192,7 @@ def minhash_permutations(num_perm: int = 128, seed: int = 0) -> tuple[np.ndarray
 
     Book: Pretraining data, "Near deduplication with MinHash"
     """
-    _check_positive_int("num_perm", num_perm)
+    check_int("num_perm", num_perm, low=1)
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
         raise ValueError(f"seed must be a non-negative integer, got {seed!r}")
     rng = np.random.default_rng(seed)
@@ -261,8 +253,8 @@ def lsh_probability(s, bands: int, rows: int):
 
     Book: Pretraining data, "Locality-sensitive hashing"
     """
-    _check_positive_int("bands", bands)
-    _check_positive_int("rows", rows)
+    check_int("bands", bands, low=1)
+    check_int("rows", rows, low=1)
     arr = np.asarray(s, dtype=np.float64)
     if np.any(~np.isfinite(arr)) or np.any((arr < 0) | (arr > 1)):
         raise ValueError(f"s must lie in [0, 1], got {s!r}")
@@ -288,7 +280,7 @@ def band_errors(
 
     Book: Pretraining data, "Locality-sensitive hashing"
     """
-    _check_positive_int("num_perm", num_perm)
+    check_int("num_perm", num_perm, low=1)
     if not 0.0 < threshold < 1.0:
         raise ValueError(f"threshold must lie in (0, 1), got {threshold!r}")
     if false_positive_weight < 0 or false_negative_weight < 0 or false_positive_weight + false_negative_weight <= 0:
@@ -333,8 +325,8 @@ def band_keys(signature: np.ndarray, bands: int, rows: int) -> list[tuple[int, b
     Book: Pretraining data, "Locality-sensitive hashing"
     """
     signature = _check_signature("signature", signature)
-    _check_positive_int("bands", bands)
-    _check_positive_int("rows", rows)
+    check_int("bands", bands, low=1)
+    check_int("rows", rows, low=1)
     if bands * rows > len(signature):
         raise ValueError(f"bands * rows = {bands * rows} exceeds the signature length {len(signature)}")
     raw = signature[: bands * rows].astype(">u8").tobytes()

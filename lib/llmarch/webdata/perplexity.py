@@ -29,6 +29,8 @@ from collections.abc import Iterable, Sequence
 
 import numpy as np
 
+from llmarch._checks import check_text
+
 from .quality import FilterResult
 
 __all__ = [
@@ -101,8 +103,7 @@ class NGramLanguageModel:
 
         Book: Pretraining data, "Quality filters"
         """
-        if not isinstance(text, str):
-            raise ValueError(f"text must be a str, got {type(text).__name__}")
+        check_text("text", text)
         nll, count = 0.0, 0
         for line in text.splitlines():
             tokens = _tokenize(line.strip(), self.unit)
@@ -198,8 +199,7 @@ def perplexity_filter(text: str, model: NGramLanguageModel, max_perplexity: floa
         raise ValueError(f"model must be an NGramLanguageModel, got {type(model).__name__}")
     if not max_perplexity >= 1:
         raise ValueError(f"max_perplexity must be >= 1, got {max_perplexity!r}")
-    if not isinstance(text, str):
-        raise ValueError(f"text must be a str, got {type(text).__name__}")
+    check_text("text", text)
     try:
         ppl = model.perplexity(text)
     except ValueError:

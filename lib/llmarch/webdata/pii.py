@@ -30,6 +30,8 @@ import re
 from collections.abc import Iterable
 from typing import NamedTuple
 
+from llmarch._checks import check_text
+
 __all__ = ["PII_PLACEHOLDERS", "PIISpan", "find_pii", "redact_pii", "pii_scores"]
 
 PII_PLACEHOLDERS = {"EMAIL": "<EMAIL>", "PHONE": "<PHONE>", "IP_ADDRESS": "<IP_ADDRESS>"}
@@ -61,11 +63,6 @@ class PIISpan(NamedTuple):
     kind: str
 
 
-def _check_text(text) -> None:
-    if not isinstance(text, str):
-        raise ValueError(f"text must be a str, got {type(text).__name__}")
-
-
 def find_pii(text: str) -> list[PIISpan]:
     """The e-mail addresses, IPv4 addresses and phone numbers of ``text``, sorted, not overlapping.
 
@@ -74,7 +71,7 @@ def find_pii(text: str) -> list[PIISpan]:
 
     Book: Pretraining data, "Personal information"
     """
-    _check_text(text)
+    check_text("text", text)
     found: list[PIISpan] = []
 
     def claim(start: int, end: int, kind: str) -> None:

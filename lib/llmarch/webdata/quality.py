@@ -47,6 +47,8 @@ from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from llmarch._checks import check_int, check_text
+
 __all__ = [
     "FilterResult",
     "C4_POLICY_PHRASES",
@@ -80,11 +82,6 @@ class FilterResult:
         return self.reasons[0] if self.reasons else None
 
 
-def _check_text(text, name: str = "text") -> None:
-    if not isinstance(text, str):
-        raise ValueError(f"{name} must be a str, got {type(text).__name__}")
-
-
 # ---------------------------------------------------------------------------------------------------------
 # C4
 # ---------------------------------------------------------------------------------------------------------
@@ -105,7 +102,7 @@ def count_sentences(text: str) -> int:
 
     Book: Pretraining data, "Quality filters"
     """
-    _check_text(text)
+    check_text("text", text)
     return len(_SENTENCE_END.findall(text))
 
 
@@ -142,11 +139,6 @@ def _c4_line(line: str, min_words_per_line: int, bad: re.Pattern | None) -> Filt
 _C4_PAGE_RULES = ("c4:lorem_ipsum", "c4:curly_bracket", "c4:bad_word")
 
 
-def _check_count(name: str, value) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise ValueError(f"{name} must be a non-negative integer, got {value!r}")
-
-
 def c4_line_filter(line: str, min_words_per_line: int = 5, bad_words: Iterable[str] = ()) -> FilterResult:
     """C4's rules for one line, in TFDS's order (module docstring): ``text`` is the stripped line without
     citation markers; ``reasons`` is one of ``c4:word_too_long``, ``c4:no_terminal_punctuation``,
@@ -157,10 +149,10 @@ def c4_line_filter(line: str, min_words_per_line: int = 5, bad_words: Iterable[s
 
     Book: Pretraining data, "Quality filters"
     """
-    _check_text(line, "line")
+    check_text("line", line)
     if "\n" in line.strip():
         raise ValueError("line contains a line break; pass one line (or use c4_filter for a page)")
-    _check_count("min_words_per_line", min_words_per_line)
+    check_int("min_words_per_line", min_words_per_line)
     return _c4_line(line, min_words_per_line, _bad_word_pattern(bad_words))
 
 
@@ -173,9 +165,9 @@ def c4_filter(
 
     Book: Pretraining data, "Quality filters"
     """
-    _check_text(text)
-    _check_count("min_words_per_line", min_words_per_line)
-    _check_count("min_sentences", min_sentences)
+    check_text("text", text)
+    check_int("min_words_per_line", min_words_per_line)
+    check_int("min_sentences", min_sentences)
     bad = _bad_word_pattern(bad_words)
     kept = []
     for line in text.splitlines():
@@ -210,7 +202,7 @@ def gopher_statistics(text: str) -> dict[str, float]:
 
     Book: Pretraining data, "Quality filters"
     """
-    _check_text(text)
+    check_text("text", text)
     tokens = text.split()
     n = len(tokens)
     stripped = [_PUNCT_EDGES.sub("", t) for t in tokens]
@@ -307,7 +299,7 @@ def gopher_repetition_statistics(text: str) -> dict[str, float]:
 
     Book: Pretraining data, "Quality filters"
     """
-    _check_text(text)
+    check_text("text", text)
     lines = [line.strip() for line in text.splitlines() if line.strip()]
     paragraphs = [p.strip() for p in re.split(r"\n\s*\n", text) if p.strip()]
     stats = {}
