@@ -1,10 +1,33 @@
 """Pretraining objectives in miniature: causal LM, MLM, span corruption, masking rates, NSP and ELECTRA.
 
 Book: Pretraining objectives, "Experiments". Regenerate the files with ``make experiments`` (or
-``nice .venv/bin/python book/experiments/pretraining_objectives.py``; one thread). Everything is seeded; as
-for the other experiments, a rerun on another CPU may differ in the last digits.
+``nice .venv/bin/python book/experiments/pretraining_objectives.py``; one thread, about 20 CPU-minutes).
+Everything is seeded; as for the other experiments, a rerun on another CPU may differ in the last digits.
 
-PLACEHOLDER: the full description is written once the experiment is final.
+Corpus: ``TRAIN_DOCS`` documents of about ``DOC_WORDS`` words, each written by the course's grammar with one of
+three topics (:func:`topic_grammar`: a pair of nouns gets 80% of the noun probability; states and transitions
+are unchanged). Every model (width 64, 4 heads, 2 layers; the encoder-decoder 2 + 2) reads ``[CLS]`` and 31
+words. Each variant (``make_objectives``) is trained for the number of steps that spends the FLOPs of
+``BUDGET_CLM_STEPS`` steps of the causal LM; a step's FLOPs are measured with ``FlopCounterMode`` (forward and
+backward matrix products). Three model seeds.
+
+Downstream, on held-out documents (:func:`build_tasks`): tagging every word with the grammar state that
+emitted it, and grammaticality after one random edit, both labelled exactly from the grammar. Each pretrained
+model (and each architecture with random weights) is scored by a linear probe on frozen features, by full
+fine-tuning, and (for ``ZERO_SHOT`` variants, grammaticality only) by its pretraining head with one threshold.
+
+Writes, under ``book/data/`` next to this script's folder:
+
+- ``pretraining_objectives_runs.csv``: variant, seed, steps, corpus_words, flops_per_step, train_flops,
+  n_parameters (trained), n_parameters_backbone (used downstream), final_train_loss (mean of the last 10% of
+  the steps), mlm_loss_15 and mlm_loss_own_rate (held-out MLM loss with 15% / the variant's own rate
+  selected; MLM variants only, on held-out pairs for the pair variants), nsp_accuracy, CPU seconds;
+- ``pretraining_objectives_downstream.csv``: variant, seed, task, method (probe, finetune, zero_shot),
+  accuracy;
+- ``pretraining_objectives_curves.csv``: variant, seed, step, loss (mean over the last ``CURVE_EVERY`` steps),
+  and for ELECTRA its generator's MLM loss, the discriminator's loss and the fraction of replaced words;
+- ``pretraining_objectives.json``: the variants, the experiments that compare them, the steps and FLOPs, the
+  settings, the task baselines and the run time.
 """
 
 from __future__ import annotations
