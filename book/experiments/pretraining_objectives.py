@@ -356,7 +356,7 @@ def build_tasks(grammar: StochasticGrammar, stream: np.ndarray, rng: np.random.G
     """The two downstream tasks, on held-out text. Inputs are ``[CLS] + WINDOW`` words, like pretraining's.
 
     - ``tagging``: for every word, the grammar state that emitted it (13 classes), where the words so far
-      determine it (:func:`emitting_states`; -100 elsewhere, about the first 3 words of a window). Few labels:
+      determine it (:func:`emitting_states`; -100 elsewhere: 4% of the words, near the start of a window). Few labels:
       ``TAG_TRAIN`` windows (about 1,000 labelled words) to train, ``N_TEST`` windows to test.
     - ``grammaticality``: after one random edit (:func:`random_edit`), is the window still possible under the
       grammar? Balanced, ``GRAM_TRAIN`` windows to train, ``N_TEST`` to test.
