@@ -77,7 +77,7 @@ book: setup
 test: book $(TEST_STAMP)
 	$(PY) -m pytest
 
-test-lib: $(TEST_STAMP)
+test-lib: $(TEST_STAMP) $(NPM_STAMP)
 	$(PY) -m pytest tests --ignore=tests/test_book.py
 
 # No setup (no apt, npm or pip): on a GPU machine the venv may be absent, and then the machine's own python3 (with

@@ -269,8 +269,10 @@ def test_pretokens_concatenate_back(text):
 def test_pretokenize_rejects_a_pattern_that_loses_text():
     with pytest.raises(ValueError, match="skips"):
         pretokenize("a b", pattern=r"\w+")
-    with pytest.raises(ValueError, match="translated"):
-        pretokenize("ab", pattern=r"\p{Lu}+")
+    with pytest.raises(ValueError, match="does not match 'B'"):
+        pretokenize("aB", pattern=r"\p{Ll}")
+    with pytest.raises(ValueError, match="does not compile"):
+        pretokenize("ab", pattern=r"(a")
     with pytest.raises(TypeError, match="text"):
         pretokenize(b"bytes")
     assert pretokenize("a b", pattern=None) == ["a b"]
@@ -355,7 +357,7 @@ def _reference_encode(tok, text):
 
 @pytest.mark.parametrize("text", HARD_STRINGS + [_toy_corpus(200, seed=99), "lowest newest<|pad|>wider"])
 def test_bpe_encode_matches_reference_and_round_trips(bpe, text):
-    ids = bpe.encode(text)
+    ids = bpe.encode(text, allowed_special="all")
     assert ids == _reference_encode(bpe, text)
     assert bpe.decode(ids) == text
 
@@ -381,10 +383,14 @@ def test_bpe_round_trips_random_unicode(bpe):
 def test_special_tokens_are_single_ids_and_never_split(bpe):
     eot, pad = bpe.special_tokens["<|endoftext|>"], bpe.special_tokens["<|pad|>"]
     text = "low<|endoftext|>lower <|pad|><|pad|> <|endoftext|>\n<|endoftext|>"
-    ids = bpe.encode(text)
+    ids = bpe.encode(text, allowed_special="all")
     assert ids.count(eot) == 3 and ids.count(pad) == 2
-    assert bpe.encode("<|endoftext|>") == [eot]
+    assert bpe.encode("<|endoftext|>", allowed_special={"<|endoftext|>"}) == [eot]
     assert bpe.decode(ids) == text
+    # tiktoken's rule: special text raises by default, is ordinary text when no longer disallowed
+    with pytest.raises(ValueError, match="<|pad|>"):
+        bpe.encode("a<|pad|>", allowed_special={"<|endoftext|>"})
+    assert bpe.encode("<|pad|>", disallowed_special=()) == BPETokenizer(bpe.merges).encode("<|pad|>")
     # the tokens on either side are encoded as if the special token were a boundary
     assert ids[: ids.index(eot)] == bpe.encode("low")
     # special tokens were cut out of the training text: no learned token contains a piece of them
@@ -398,8 +404,8 @@ def test_special_tokens_are_single_ids_and_never_split(bpe):
 
 def test_longest_special_token_wins():
     tok = BPETokenizer(special_tokens=["<|a|>", "<|a|><|b|>"])
-    assert tok.encode("<|a|><|b|><|a|>") == [257, 256]
-    assert tok.encode("<|a|><|b") == [256, *b"<|b"]
+    assert tok.encode("<|a|><|b|><|a|>", allowed_special="all") == [257, 256]
+    assert tok.encode("<|a|><|b", allowed_special="all") == [256, *b"<|b"]
 
 
 def test_bpe_dropout(bpe, corpus):
@@ -415,7 +421,8 @@ def test_bpe_dropout(bpe, corpus):
         segmentations.add(tuple(ids))
     assert len(segmentations) == 8
     # p = 1 skips every merge: single bytes, special tokens still whole
-    assert bpe.encode("lowest<|pad|>", dropout=1.0, seed=0) == [*b"lowest", bpe.special_tokens["<|pad|>"]]
+    assert bpe.encode("lowest<|pad|>", dropout=1.0, seed=0, allowed_special="all") == [
+        *b"lowest", bpe.special_tokens["<|pad|>"]]
     rng = random.Random(0)  # a shared generator is accepted
     assert bpe.decode(bpe.encode(text, dropout=0.1, seed=rng)) == text
 
@@ -491,8 +498,9 @@ def test_bpe_save_load_identity(bpe, tmp_path):
     assert loaded.special_tokens == bpe.special_tokens
     assert loaded.pattern == bpe.pattern
     for text in HARD_STRINGS + ["lowest<|endoftext|>newer"]:
-        assert loaded.encode(text) == bpe.encode(text)
-        assert loaded.encode(text, dropout=0.2, seed=1) == bpe.encode(text, dropout=0.2, seed=1)
+        assert loaded.encode(text, allowed_special="all") == bpe.encode(text, allowed_special="all")
+        assert loaded.encode(text, dropout=0.2, seed=1, allowed_special="all") == bpe.encode(
+            text, dropout=0.2, seed=1, allowed_special="all")
 
 
 def test_bpe_load_rejects_other_files(tmp_path):

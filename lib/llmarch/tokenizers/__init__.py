@@ -7,8 +7,12 @@ One module per algorithm, each stating its conventions in its docstring; everyth
 
 - :mod:`~llmarch.tokenizers.classic`: classic character-level BPE with the end-of-word marker ``</w>``
   (:func:`train_bpe_words`, :func:`bpe_segment_word`, :func:`merge_symbols`; Sennrich et al., 2016);
-- :mod:`~llmarch.tokenizers.bpe`: byte-level BPE (:class:`BPETokenizer`, GPT-2) with BPE-dropout, and the
-  pre-tokenisation regexes (:data:`GPT2_SPLIT_PATTERN`, :data:`GPT4_SPLIT_PATTERN`, :func:`pretokenize`);
+- :mod:`~llmarch.tokenizers.pretokenize`: the pre-tokenisation regexes (:data:`GPT2_SPLIT_PATTERN`,
+  :data:`CL100K_SPLIT_PATTERN`, :data:`O200K_SPLIT_PATTERN`) and :func:`pretokenize`;
+- :mod:`~llmarch.tokenizers.bpe`: byte-level BPE (:class:`BPETokenizer`) with BPE-dropout, trained or loaded
+  from published files (:meth:`BPETokenizer.from_tiktoken`, :meth:`BPETokenizer.from_gpt2_files`);
+- :mod:`~llmarch.tokenizers.vocab_files` and :mod:`~llmarch.tokenizers.openai`: the file formats of published
+  vocabularies, and GPT-2, GPT-4 and GPT-4o from the installed files (:func:`openai_tokenizer`);
 - :mod:`~llmarch.tokenizers.wordpiece`: WordPiece (:class:`WordPieceTokenizer`; BERT);
 - :mod:`~llmarch.tokenizers.unigram`: the Unigram language model (:class:`UnigramTokenizer`; Kudo, 2018;
   SentencePiece);
@@ -17,7 +21,16 @@ One module per algorithm, each stating its conventions in its docstring; everyth
 Every public function checks its arguments and raises ``TypeError``/``ValueError`` naming the problem.
 """
 
-from .bpe import GPT2_SPLIT_PATTERN, GPT4_SPLIT_PATTERN, BPETokenizer, pretokenize
+from .bpe import BPETokenizer, merge_by_rank_heap
+from .openai import OPENAI_SPECIAL_TOKENS, OPENAI_SPLIT_PATTERNS, openai_tokenizer
+from .pretokenize import (
+    CL100K_SPLIT_PATTERN,
+    GPT2_SPLIT_PATTERN,
+    GPT4_SPLIT_PATTERN,
+    O200K_SPLIT_PATTERN,
+    pretokenize,
+)
+from .vocab_files import bytes_to_unicode, openai_vocabulary_files, read_gpt2_files, read_tiktoken_ranks
 from .classic import END_OF_WORD, bpe_segment_word, merge_symbols, train_bpe_words
 from .unigram import UnigramTokenizer
 from .wordpiece import WordPieceTokenizer
@@ -30,6 +43,16 @@ __all__ = [
     "END_OF_WORD",
     "GPT2_SPLIT_PATTERN",
     "GPT4_SPLIT_PATTERN",
+    "CL100K_SPLIT_PATTERN",
+    "O200K_SPLIT_PATTERN",
+    "OPENAI_SPECIAL_TOKENS",
+    "OPENAI_SPLIT_PATTERNS",
+    "openai_tokenizer",
+    "openai_vocabulary_files",
+    "read_tiktoken_ranks",
+    "read_gpt2_files",
+    "bytes_to_unicode",
+    "merge_by_rank_heap",
     "train_bpe_words",
     "bpe_segment_word",
     "merge_symbols",

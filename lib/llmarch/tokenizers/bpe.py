@@ -1,25 +1,24 @@
-"""Byte-level BPE (GPT-2) with BPE-dropout, and the regex pre-tokenisation that runs before it.
+"""Byte-level BPE (GPT-2, GPT-4, GPT-4o) with BPE-dropout: training, the published vocabularies, encoding.
 
-Book: Tokenizers, "Byte-level BPE".
+Book: Tokenizers, "Byte-level BPE" and "Real vocabularies".
 
-:class:`BPETokenizer` works on UTF-8 bytes: ids ``0..255`` are the single bytes, ``merges[i] = (id_a, id_b)``
-creates id ``256 + i``, special tokens take the ids after the last merge. Any string round-trips. Among
-equally frequent pairs the smallest ``(id_a, id_b)`` wins. Text is first cut into pre-tokens by the GPT-2
-regex (:data:`GPT2_SPLIT_PATTERN`, run by the standard ``re`` module, see :func:`pretokenize`); merges never
-cross pre-tokens. The incremental pair counts of training (:class:`_PairIndex`) also serve WordPiece.
+:class:`BPETokenizer` works on UTF-8 bytes, so any string round-trips. A tokenizer it trains numbers the bytes
+``0..255``, ``merges[i] = (id_a, id_b)`` creates id ``256 + i`` and special tokens take the ids after the last
+merge. A published vocabulary (:meth:`BPETokenizer.from_tiktoken`, :meth:`BPETokenizer.from_gpt2_files`) keeps
+its official ids: a byte-to-id table says which id each byte has. In every case a merge's priority is the id
+it creates (the smaller, the earlier). Text is cut at special tokens, then into pre-tokens by a regex
+(:mod:`~llmarch.tokenizers.pretokenize`); merges never cross pre-tokens. The incremental pair counts of
+training (:class:`_PairIndex`) also serve WordPiece.
 """
 
 from __future__ import annotations
 
 import heapq
-import math
 import random
 import re
-import sys
-import unicodedata
 from collections import Counter, defaultdict
-from collections.abc import Iterable
-from functools import lru_cache
+from collections.abc import Iterable, Iterator, Mapping
+from itertools import chain
 
 from ._common import (
     _check_choice,
@@ -34,131 +33,8 @@ from ._common import (
     _write_json_lines,
 )
 from .classic import merge_symbols
-
-GPT2_SPLIT_PATTERN = r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
-"""GPT-2's pre-tokenisation regex (``encoder.py`` of openai/gpt-2), in the syntax of the ``regex`` module."""
-
-GPT4_SPLIT_PATTERN = (
-    r"""'(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]++[\r\n]*|\s*[\r\n]"""
-    r"""|\s+(?!\S)|\s+"""
-)
-"""The ``cl100k_base`` (GPT-4) pre-tokenisation regex of tiktoken: digits in groups of at most three."""
-
-
-# --------------------------------------------------------------------------------------------------------------
-# Pre-tokenisation: the GPT-2 regex with the standard ``re`` module
-
-# Unicode's White_Space property, which is what ``\s`` means in the ``regex`` module. (``re``'s ``\s`` also
-# matches U+001C..U+001F, which are not White_Space.)
-_WHITE_SPACE = r"\t\n\x0b\x0c\r \x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000"
-
-
-@lru_cache(maxsize=None)
-def _category_class(major: str) -> str:
-    """The body of a character class (no brackets) matching every code point whose category starts with ``major``.
-
-    ``re`` has no ``\\p{L}``/``\\p{N}``; these explicit ranges, computed once from ``unicodedata``, make the GPT-2
-    regex behave as with the ``regex`` module (for the Unicode version of this Python).
-    """
-    majors = "".join([unicodedata.category(chr(cp))[0] for cp in range(sys.maxunicode + 1)])
-    parts = []
-    for m in re.finditer(major + "+", majors):
-        lo, hi = m.start(), m.end() - 1
-        parts.append(f"\\U{lo:08x}" if lo == hi else f"\\U{lo:08x}-\\U{hi:08x}")
-    return "".join(parts)
-
-
-def _translate_pattern(pattern: str) -> str:
-    """Rewrite ``\\p{L}``, ``\\p{N}``, ``\\s`` and ``\\S`` (``regex`` syntax) as explicit ``re`` classes."""
-    out = []
-    i, n = 0, len(pattern)
-    in_class = False
-    while i < n:
-        c = pattern[i]
-        if c == "\\" and i + 1 < n:
-            if pattern.startswith(("\\p{L}", "\\p{N}"), i):
-                body = _category_class(pattern[i + 3])
-                out.append(body if in_class else f"[{body}]")
-                i += 5
-                continue
-            if pattern[i + 1] == "s":
-                out.append(_WHITE_SPACE if in_class else f"[{_WHITE_SPACE}]")
-                i += 2
-                continue
-            if pattern[i + 1] == "S" and not in_class:
-                out.append(f"[^{_WHITE_SPACE}]")
-                i += 2
-                continue
-            if pattern.startswith(("\\p{", "\\P{"), i) or (pattern[i + 1] == "S" and in_class):
-                raise ValueError(
-                    f"pattern uses {pattern[i:i + 5]!r} at position {i}: only \\p{{L}}, \\p{{N}}, \\s and \\S "
-                    "(outside brackets) are translated for the re module"
-                )
-            out.append(pattern[i : i + 2])
-            i += 2
-            continue
-        if c == "[" and not in_class:
-            in_class = True
-            out.append(c)
-            i += 1
-            if i < n and pattern[i] == "^":
-                out.append("^")
-                i += 1
-            if i < n and pattern[i] == "]":  # a literal ] first in a class
-                out.append("\\]")
-                i += 1
-            continue
-        if c == "]" and in_class:
-            in_class = False
-        out.append(c)
-        i += 1
-    return "".join(out)
-
-
-@lru_cache(maxsize=16)
-def _compile_split_pattern(pattern: str) -> re.Pattern:
-    try:
-        return re.compile(_translate_pattern(pattern))
-    except re.error as err:
-        raise ValueError(f"pattern {pattern!r} does not compile: {err}") from None
-
-
-def pretokenize(text: str, pattern: str | None = GPT2_SPLIT_PATTERN) -> list[str]:
-    """Cut ``text`` into the pre-tokens that byte-level BPE merges within (merges never cross them).
-
-    Book: Tokenizers, "Byte-level BPE".
-
-    ``pattern`` is written in the syntax of the ``regex`` module (``\\p{L}`` letters, ``\\p{N}`` numbers), as
-    GPT-2 and tiktoken publish it. The standard ``re`` module runs it after ``\\p{L}``, ``\\p{N}`` become
-    explicit code-point ranges (from ``unicodedata``, built once, ~0.3 s) and ``\\s``/``\\S`` become Unicode's
-    White_Space set (``re``'s own ``\\s`` also matches U+001C..U+001F). No third-party package is needed and
-    the split equals the ``regex`` module's for every code point assigned in this Python's Unicode version.
-    The pieces always concatenate back to ``text``: a pattern that skips a character raises ``ValueError``.
-    ``pattern=None`` returns ``[text]`` (no pre-tokenisation).
-
-    >>> pretokenize("Hello world's 42  cats!!")
-    ['Hello', ' world', "'s", ' 42', ' ', ' cats', '!!']
-    """
-    _check_str("text", text)
-    if pattern is None:
-        return [text] if text else []
-    _check_str("pattern", pattern, non_empty=True)
-    regex = _compile_split_pattern(pattern)
-    pieces = []
-    end = 0
-    for m in regex.finditer(text):
-        if m.start() != end:
-            raise ValueError(
-                f"pattern {pattern!r} skips {text[end:m.start()]!r} at position {end}; a pre-tokenisation "
-                "pattern must match every character or text would be lost"
-            )
-        if m.end() > m.start():
-            pieces.append(m.group())
-        end = m.end()
-    if end != len(text):
-        raise ValueError(f"pattern {pattern!r} does not match {text[end:]!r} at the end of the text")
-    return pieces
-
+from .pretokenize import GPT2_SPLIT_PATTERN, compile_split_pattern, split_pieces
+from .vocab_files import read_gpt2_files, read_tiktoken_ranks
 
 # --------------------------------------------------------------------------------------------------------------
 # Incremental pair counts, shared by byte-level BPE and WordPiece training
@@ -220,19 +96,116 @@ class _PairIndex:
 
 # --------------------------------------------------------------------------------------------------------------
 # Byte-level BPE (GPT-2) with BPE-dropout
+_SURROGATE = re.compile("[\ud800-\udfff]")
+_HEAP_MERGE_FROM = 24  # pre-tokens of at least this many bytes are merged with the priority queue
+_CACHE_LIMIT = 200_000  # distinct pre-tokens remembered between calls of encode
+TIE_BREAKS = ("smallest_ids", "greatest_bytes")
+
+
+def _replace_lone_surrogates(text: str) -> str:
+    """What tiktoken does to a str that UTF-8 cannot encode: a surrogate pair becomes its character (a round trip
+    through UTF-16), a lone surrogate becomes U+FFFD."""
+    if _SURROGATE.search(text) is None:
+        return text
+    return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+
+
+class _GreatestBytesFirst:
+    """Heap key that pops the lexicographically greatest ``(bytes_a, bytes_b)`` first (a min-heap, reversed)."""
+
+    __slots__ = ("key",)
+
+    def __init__(self, key: tuple[bytes, bytes]):
+        self.key = key
+
+    def __lt__(self, other: _GreatestBytesFirst) -> bool:
+        return self.key > other.key
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, _GreatestBytesFirst) and self.key == other.key
+
+
+class _PieceCache(dict):
+    """``{pre-token: token ids}``; a missing pre-token is merged on first use."""
+
+    def __init__(self, encode_piece):
+        super().__init__()
+        self.encode_piece = encode_piece
+
+    def __missing__(self, piece: str) -> tuple[int, ...]:
+        ids = self[piece] = self.encode_piece(piece)
+        return ids
+
+
+def merge_by_rank_heap(ids: list[int], ranks: Mapping[tuple[int, int], int]) -> list[int]:
+    """Merge a pre-token with a priority queue: ``O(n log n)`` for ``n`` symbols.
+
+    Book: Tokenizers, "Real vocabularies".
+
+    Repeatedly merge the adjacent pair with the smallest rank, the leftmost among equal ranks (tiktoken's
+    rule; ``ranks[(a, b)]`` is the id of the merged token). The symbols form a linked list; the heap holds
+    ``(rank, position)`` of candidate pairs, and an entry whose pair has changed since it was pushed is
+    skipped when popped.
+    """
+    n = len(ids)
+    sym = list(ids)
+    nxt = list(range(1, n + 1))
+    prv = list(range(-1, n - 1))
+    alive = [True] * n
+    heap = [(r, i) for i in range(n - 1) if (r := ranks.get((sym[i], sym[i + 1]))) is not None]
+    heapq.heapify(heap)
+    while heap:
+        r, i = heapq.heappop(heap)
+        j = nxt[i] if alive[i] else n
+        if j >= n or ranks.get((sym[i], sym[j])) != r:
+            continue  # stale: a neighbour was merged after this entry was pushed
+        sym[i] = r
+        alive[j] = False
+        nxt[i] = k = nxt[j]
+        if k < n:
+            prv[k] = i
+            rk = ranks.get((r, sym[k]))
+            if rk is not None:
+                heapq.heappush(heap, (rk, i))
+        p = prv[i]
+        if p >= 0:
+            rp = ranks.get((sym[p], r))
+            if rp is not None:
+                heapq.heappush(heap, (rp, p))
+    return [s for s, keep in zip(sym, alive) if keep]
+
+
+def _merge_by_rank_scan(ids: list[int], ranks: Mapping[tuple[int, int], int]) -> list[int]:
+    """The same result as :func:`merge_by_rank_heap` by scanning for the best pair at every step (``O(n^2)``,
+    faster for short pre-tokens). Merging every occurrence of the best pair at once, left to right, equals
+    merging them one at a time: no merge can create a pair of the same rank."""
+    while len(ids) >= 2:
+        best, best_rank = None, None
+        for pair in zip(ids, ids[1:]):
+            r = ranks.get(pair)
+            if r is not None and (best_rank is None or r < best_rank):
+                best, best_rank = pair, r
+        if best is None:
+            break
+        ids = merge_symbols(ids, best[0], best[1], best_rank)
+    return ids
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Byte-level BPE with BPE-dropout
 
 
 class BPETokenizer:
-    """Byte-level BPE (GPT-2): any string round-trips, special tokens are never split.
+    """Byte-level BPE: any string round-trips; trained here or loaded from GPT-2's, GPT-4's or GPT-4o's files.
 
-    Book: Tokenizers, "Byte-level BPE".
+    Book: Tokenizers, "Byte-level BPE" and "Real vocabularies".
 
-    The vocabulary starts as the 256 byte values; ``merges[i] = (id_a, id_b)`` makes id ``256 + i`` whose bytes
-    are ``vocab[id_a] + vocab[id_b]``; special tokens (e.g. ``"<|endoftext|>"``) take the ids after the last
-    merge, in the order given. ``vocab`` maps every id to its bytes (so ``[(vocab[a], vocab[b]) for a, b in
-    merges]`` lists the merges as byte strings). Encoding: cut the text at special tokens
-    (longest match first), cut each piece into pre-tokens with ``pattern`` (:func:`pretokenize`, GPT-2's regex
-    by default), turn each pre-token into its UTF-8 bytes and apply the merges in the order they were learned.
+    Trained (``BPETokenizer(merges, special_tokens, pattern)`` or :meth:`train`): ids ``0..255`` are the bytes,
+    ``merges[i] = (id_a, id_b)`` makes id ``256 + i`` with bytes ``vocab[id_a] + vocab[id_b]``, and special
+    tokens take the ids after the last merge, in the order given. Loaded (:meth:`from_tiktoken`,
+    :meth:`from_gpt2_files`): the official ids; ``byte_ids[b]`` is the id of byte ``b``. ``vocab`` maps every
+    id to its bytes. Encoding: cut the text at the allowed special tokens (longest first), cut each piece into
+    pre-tokens with ``pattern``, turn each pre-token into its bytes' ids and merge, smallest merged id first.
 
     >>> tok = BPETokenizer().train("low lower lowest " * 20, vocab_size=262)
     >>> [tok.vocab[i] for i in tok.encode(" lowest lower")]
@@ -245,9 +218,7 @@ class BPETokenizer:
         self._setup(merges, special_tokens, pattern)
 
     def _setup(self, merges, special_tokens, pattern) -> None:
-        if pattern is not None:
-            _check_str("pattern", pattern, non_empty=True)
-            _compile_split_pattern(pattern)  # fail now, not at the first encode
+        """The layout of a trained tokenizer: bytes are ``0..255``, merge ``k`` is ``256 + k``."""
         if isinstance(merges, (str, bytes)) or not isinstance(merges, Iterable):
             raise TypeError(f"merges must be a list of (id_a, id_b) pairs, got {_type_name(merges)}")
         checked: list[tuple[int, int]] = []
@@ -268,47 +239,196 @@ class BPETokenizer:
             ranks[(a, b)] = 256 + k
             vocab[256 + k] = vocab[a] + vocab[b]
         specials = _check_special_tokens(special_tokens)
+        special_ids = {tok: 256 + len(checked) + j for j, tok in enumerate(specials)}
+        self._install(vocab, checked, ranks, list(range(256)), special_ids, pattern, whole_pieces=None)
+
+    def _install(self, vocab, merges, ranks, byte_ids, special_tokens, pattern, whole_pieces) -> None:
+        if pattern is not None:
+            _check_str("pattern", pattern, non_empty=True)
+        self._split = None if pattern is None else compile_split_pattern(pattern)  # fails now, not at encode
         self.pattern = pattern
-        self.merges = checked
+        self.merges = merges
         self._ranks = ranks
-        self.special_tokens = {tok: 256 + len(checked) + j for j, tok in enumerate(specials)}
+        self.byte_ids = byte_ids
+        self._whole_pieces = whole_pieces  # tiktoken: a pre-token that is a token is that token, unmerged
+        self.special_tokens = dict(special_tokens)
         for tok, i in self.special_tokens.items():
             vocab[i] = tok.encode("utf-8")
         self.vocab = vocab
-        self._special_regex = (
-            re.compile("(" + "|".join(re.escape(t) for t in sorted(specials, key=len, reverse=True)) + ")")
-            if specials
-            else None
-        )
-        self._cache: dict[str, tuple[int, ...]] = {}
+        self._special_regexes: dict[frozenset, re.Pattern | None] = {}
+        self._cache = _PieceCache(self._encode_piece)
 
     @property
     def vocab_size(self) -> int:
-        """``256 + len(merges) + len(special_tokens)``."""
-        return len(self.vocab)
+        """One more than the largest id: ``256 + len(merges) + len(special_tokens)`` when trained here,
+        tiktoken's ``n_vocab`` for a loaded vocabulary (which may leave ids unused)."""
+        return max(self.vocab) + 1
 
-    def _split_special(self, text: str) -> list[tuple[str, bool]]:
-        if self._special_regex is None:
+    # ---- loading published vocabularies
+
+    @classmethod
+    def from_tiktoken(cls, ranks, pattern: str | None, special_tokens: Mapping[str, int] | None = None):
+        """A tokenizer from a tiktoken vocabulary: ``ranks`` is a rank file's path or ``{token bytes: rank}``.
+
+        Book: Tokenizers, "Real vocabularies".
+
+        The rank is the token's id. tiktoken merges the adjacent pair whose concatenation has the smallest rank
+        (the leftmost among equal ranks), so every way of writing a token as two tokens is a merge here; a
+        pre-token that is itself a token is taken whole, as tiktoken does. ``pattern``: e.g.
+        :data:`~llmarch.tokenizers.CL100K_SPLIT_PATTERN`. ``special_tokens``: ``{text: id}`` (the official
+        ids, e.g. ``{"<|endoftext|>": 100257}``).
+        """
+        if not isinstance(ranks, Mapping):
+            ranks = read_tiktoken_ranks(ranks)
+        vocab: dict[int, bytes] = {}
+        for token, rank in ranks.items():
+            if not isinstance(token, bytes) or not token:
+                raise TypeError(f"ranks must map non-empty bytes to ints; found the key {token!r}")
+            if isinstance(rank, bool) or not isinstance(rank, int) or rank < 0:
+                raise ValueError(f"ranks[{token!r}] = {rank!r} is not an int >= 0")
+            if rank in vocab:
+                raise ValueError(f"rank {rank} is given to both {vocab[rank]!r} and {token!r}")
+            vocab[rank] = token
+        missing = [b for b in range(256) if bytes([b]) not in ranks]
+        if missing:
+            raise ValueError(f"ranks lack the single bytes {missing[:8]}: byte-level BPE needs all 256")
+        pair_ranks: dict[tuple[int, int], int] = {}  # filled in rank order
+        rank_of = ranks.get
+        for rank in sorted(vocab):
+            token = vocab[rank]
+            for cut in range(1, len(token)):
+                a = rank_of(token[:cut])
+                if a is not None:
+                    b = rank_of(token[cut:])
+                    if b is not None:
+                        pair_ranks[(a, b)] = rank
+        merges = list(pair_ranks)
+        byte_ids = [ranks[bytes([b])] for b in range(256)]
+        tok = cls.__new__(cls)
+        tok._install(vocab, merges, pair_ranks, byte_ids, cls._check_special_ids(special_tokens, vocab), pattern,
+                     whole_pieces=dict(ranks))
+        return tok
+
+    @classmethod
+    def from_gpt2_files(cls, vocab_json, merges_txt, special_tokens: Mapping[str, int] | None = None,
+                        pattern: str | None = GPT2_SPLIT_PATTERN):
+        """A tokenizer from GPT-2's ``encoder.json`` (or ``vocab.json``) and ``vocab.bpe`` (or ``merges.txt``).
+
+        Book: Tokenizers, "Real vocabularies".
+
+        Merge ``k`` of the file joins two tokens into the token with the id ``vocab.json`` gives it; these ids
+        must grow with ``k`` (they do in GPT-2: merge ``k`` is id ``256 + k``) since a merge's priority is its
+        id. ``special_tokens`` (``{text: id}``): by default the tokens of ``vocab.json`` that are neither a
+        byte nor made by a merge (GPT-2's ``<|endoftext|>``, 50256).
+        """
+        token_ids, merge_list = read_gpt2_files(vocab_json, merges_txt)
+        vocab = {i: t for t, i in token_ids.items()}
+        if len(vocab) != len(token_ids):
+            raise ValueError(f"{vocab_json} gives one id to two tokens")
+        missing = [b for b in range(256) if bytes([b]) not in token_ids]
+        if missing:
+            raise ValueError(f"{vocab_json} lacks the single bytes {missing[:8]}: byte-level BPE needs all 256")
+        merges, ranks, last = [], {}, -1
+        for k, (left, right) in enumerate(merge_list):
+            where = f"{merges_txt}, merge {k}"
+            for part in (left, right, left + right):
+                if part not in token_ids:
+                    raise ValueError(f"{where} ({left!r} + {right!r}): {part!r} is not in {vocab_json}")
+            pair, new = (token_ids[left], token_ids[right]), token_ids[left + right]
+            if new <= last:
+                raise ValueError(f"{where} makes id {new}, not above the previous merge's id {last}: the ids of "
+                                 "merged tokens must grow in the order of the merges")
+            merges.append(pair)
+            ranks[pair] = last = new
+        if special_tokens is None:
+            made = set(ranks.values()) | {token_ids[bytes([b])] for b in range(256)}
+            special_tokens = {t.decode("utf-8"): i for i, t in vocab.items() if i not in made}
+        byte_ids = [token_ids[bytes([b])] for b in range(256)]
+        tok = cls.__new__(cls)
+        tok._install(vocab, merges, ranks, byte_ids, cls._check_special_ids(special_tokens, vocab), pattern,
+                     whole_pieces=None)
+        return tok
+
+    @staticmethod
+    def _check_special_ids(special_tokens, vocab: dict[int, bytes]) -> dict[str, int]:
+        if special_tokens is None:
+            return {}
+        if not isinstance(special_tokens, Mapping):
+            raise TypeError(f"special_tokens must be a dict {{text: id}}, got {_type_name(special_tokens)}")
+        for text, i in special_tokens.items():
+            _check_str("each special token", text, non_empty=True)
+            _check_int(f"the id of {text!r}", i, minimum=0)
+            if i in vocab and vocab[i] != text.encode("utf-8"):
+                raise ValueError(f"special token {text!r} has id {i}, which is the token {vocab[i]!r}")
+        return dict(special_tokens)
+
+    # ---- special tokens
+
+    def _allowed_specials(self, allowed_special, disallowed_special, text: str) -> frozenset:
+        """tiktoken's rule: the allowed special tokens; raise if ``text`` holds a disallowed one."""
+        registered = frozenset(self.special_tokens)
+        if allowed_special == "all":
+            allowed = registered
+        else:
+            if isinstance(allowed_special, str) or not isinstance(allowed_special, Iterable):
+                raise TypeError(f"allowed_special must be 'all' or a set of strings, got {allowed_special!r}")
+            allowed = frozenset(allowed_special)
+            unknown = sorted(allowed - registered)
+            if unknown:
+                raise ValueError(f"allowed_special names {unknown}, which are not special tokens of this tokenizer")
+        if disallowed_special == "all":
+            disallowed = registered - allowed
+        elif isinstance(disallowed_special, str) or not isinstance(disallowed_special, Iterable):
+            raise TypeError(f"disallowed_special must be 'all' or a set of strings, got {disallowed_special!r}")
+        else:
+            disallowed = frozenset(disallowed_special)
+        if disallowed:
+            found = self._special_regex(disallowed).search(text)
+            if found:
+                raise ValueError(
+                    f"the text holds the special token {found.group()!r} at position {found.start()}, which is "
+                    "not allowed: pass allowed_special={...} (or 'all') to encode it as its id, or leave it out "
+                    "of disallowed_special (e.g. disallowed_special=()) to encode it as ordinary text"
+                )
+        return allowed
+
+    def _special_regex(self, specials: frozenset) -> re.Pattern | None:
+        if specials not in self._special_regexes:
+            by_length = sorted(specials, key=lambda s: (-len(s), s))  # the longest match wins
+            self._special_regexes[specials] = (
+                re.compile("(" + "|".join(map(re.escape, by_length)) + ")") if specials else None
+            )
+        return self._special_regexes[specials]
+
+    def _split_special(self, text: str, specials: frozenset) -> list[tuple[str, bool]]:
+        regex = self._special_regex(specials)
+        if regex is None:
             return [(text, False)] if text else []
-        parts = self._special_regex.split(text)  # the capture group keeps the separators at odd positions
+        parts = regex.split(text)  # the capture group keeps the separators at odd positions
         return [(p, k % 2 == 1) for k, p in enumerate(parts) if p]
 
     # ---- training
 
-    def train(self, text: str, vocab_size: int, special_tokens=()) -> BPETokenizer:
+    def train(self, text: str, vocab_size: int, special_tokens=(), tie_break: str = "smallest_ids") -> BPETokenizer:
         """Learn ``vocab_size - 256 - len(special_tokens)`` merges from ``text``; returns ``self``.
 
         Book: Tokenizers, "Byte-level BPE".
 
         Special tokens are cut out of the training text first (they are never merged into anything). The
         pre-tokens are counted once; each distinct pre-token becomes a list of byte ids with its frequency.
-        Then, per merge: take the most frequent adjacent pair (ties: smallest ``(id_a, id_b)``), rewrite only
-        the pre-tokens that contain it and update only the counts that change (an index from each pair to the
-        pre-tokens holding it, and a heap with lazy deletion to find the maximum). Training stops early when
-        no pair is left, so the vocabulary can come out smaller than ``vocab_size``.
+        Then, per merge: take the most frequent adjacent pair, rewrite only the pre-tokens that contain it and
+        update only the counts that change (an index from each pair to the pre-tokens holding it, and a heap
+        with lazy deletion to find the maximum). Training stops early when no pair is left, so the vocabulary
+        can come out smaller than ``vocab_size``.
+
+        ``tie_break`` decides among equally frequent pairs: ``"smallest_ids"`` (the default) takes the smallest
+        ``(id_a, id_b)``; ``"greatest_bytes"`` the lexicographically greatest ``(bytes_a, bytes_b)``, the rule of
+        Stanford CS336's assignment 1 tests. (Hugging Face ``tokenizers`` compares the pair's tokens as strings
+        of GPT-2's byte-to-unicode characters, an order that matches neither.)
         """
         _check_str("text", text)
         _check_int("vocab_size", vocab_size)
+        _check_choice("tie_break", tie_break, TIE_BREAKS)
         specials = _check_special_tokens(special_tokens)
         if vocab_size < 256 + len(specials):
             raise ValueError(
@@ -317,46 +437,57 @@ class BPETokenizer:
             )
         self._setup((), specials, self.pattern)
         pretokens: Counter[str] = Counter()
-        for chunk, is_special in self._split_special(text):
+        for chunk, is_special in self._split_special(text, frozenset(specials)):
             if not is_special:
-                pretokens.update(pretokenize(chunk, self.pattern))
+                pretokens.update(self._pretokenize(chunk))
         words = [list(p.encode("utf-8")) for p in pretokens]
         index = _PairIndex(words, list(pretokens.values()))
-        heap = [(-c, a, b) for (a, b), c in index.counts.items()]
+        token_bytes = [bytes([i]) for i in range(256)]
+        if tie_break == "smallest_ids":
+            def entry(count, a, b):
+                return (-count, a, b)
+        else:
+            def entry(count, a, b):
+                return (-count, _GreatestBytesFirst((token_bytes[a], token_bytes[b])), a, b)
+        heap = [entry(c, a, b) for (a, b), c in index.counts.items()]
         heapq.heapify(heap)
         merges: list[tuple[int, int]] = []
         for new_id in range(256, vocab_size - len(specials)):
             while heap:
-                neg, a, b = heap[0]
-                if index.counts.get((a, b)) == -neg:
+                top = heap[0]
+                if index.counts.get((top[-2], top[-1])) == -top[0]:
                     break
                 heapq.heappop(heap)  # stale: the count changed after this entry was pushed
             if not heap:
                 break
-            _, a, b = heapq.heappop(heap)
+            top = heapq.heappop(heap)
+            a, b = top[-2], top[-1]
             merges.append((a, b))
+            token_bytes.append(token_bytes[a] + token_bytes[b])
             changed, _ = index.merge((a, b), new_id)
             for p in changed:
                 c = index.counts.get(p)
                 if c:
-                    heapq.heappush(heap, (-c, p[0], p[1]))
+                    heapq.heappush(heap, entry(c, p[0], p[1]))
         self._setup(merges, specials, self.pattern)
         return self
 
     # ---- encoding
 
-    def _merge_pretoken(self, ids: list[int]) -> list[int]:
-        ranks = self._ranks
-        while len(ids) >= 2:
-            best, best_rank = None, math.inf
-            for pair in zip(ids, ids[1:]):
-                r = ranks.get(pair)
-                if r is not None and r < best_rank:
-                    best, best_rank = pair, r
-            if best is None:
-                break
-            ids = merge_symbols(ids, best[0], best[1], best_rank)
-        return ids
+    def _pretokenize(self, text: str) -> list[str]:
+        if self._split is None:
+            return [text] if text else []
+        return split_pieces(self._split, text)
+
+    def _encode_piece(self, piece: str) -> tuple[int, ...]:
+        data = piece.encode("utf-8")
+        if self._whole_pieces is not None and data in self._whole_pieces:
+            return (self._whole_pieces[data],)
+        byte_ids = self.byte_ids
+        ids = [byte_ids[b] for b in data]
+        if len(ids) >= _HEAP_MERGE_FROM:
+            return tuple(merge_by_rank_heap(ids, self._ranks))
+        return tuple(_merge_by_rank_scan(ids, self._ranks))
 
     def _merge_pretoken_dropout(self, ids: list[int], dropout: float, rng: random.Random) -> list[int]:
         # Provilkov et al. (2020), as in their reference code: at every step the candidate merges are tried in
@@ -374,49 +505,94 @@ class BPETokenizer:
             ids = ids[:pos] + [new_id] + ids[pos + 2 :]
         return ids
 
-    def encode(self, text: str, dropout: float = 0.0, seed=None) -> list[int]:
+    def _encode_ordinary(self, text: str) -> list[int]:
+        """Ids of text without special tokens (each distinct pre-token is merged once, then remembered)."""
+        cache = self._cache
+        if len(cache) > _CACHE_LIMIT:
+            cache.clear()
+        return list(chain.from_iterable(map(cache.__getitem__, self._pretokenize(text))))
+
+    def encode(self, text: str, dropout: float = 0.0, seed=None, allowed_special=(),
+               disallowed_special="all") -> list[int]:
         """Token ids of ``text``; with ``dropout > 0``, BPE-dropout.
 
-        Book: Tokenizers, "Byte-level BPE" (BPE-dropout: Provilkov et al., 2020).
+        Book: Tokenizers, "Byte-level BPE" (BPE-dropout: Provilkov et al., 2020) and "Real vocabularies".
+
+        Special tokens follow tiktoken: those in ``allowed_special`` (a set, or ``"all"``) become their single
+        id; the text of a special token in ``disallowed_special`` (by default every one not allowed) raises
+        ``ValueError``; one in neither is encoded as ordinary text. A lone surrogate (a str UTF-8 cannot encode)
+        is encoded as U+FFFD, as tiktoken does.
 
         ``dropout = p``: while segmenting each pre-token, every applicable merge is skipped with probability
-        ``p`` at every step (the first merge not skipped, in the order they were learned, is applied; the word
-        is final when all are skipped). ``p = 0`` is plain BPE, ``p = 1`` gives single bytes. The result
-        always decodes back to ``text``. ``seed``: an int (same ids every time), a ``random.Random`` (shared
-        state), or ``None`` (fresh randomness). Special tokens are always their single id.
+        ``p`` at every step (the first merge not skipped, in priority order, is applied; the word is final
+        when all are skipped). ``p = 0`` is plain BPE, ``p = 1`` gives single bytes. ``seed``: an int (same ids
+        every time), a ``random.Random`` (shared state), or ``None`` (fresh randomness).
         """
         _check_str("text", text)
         dropout = _check_probability("dropout", dropout)
         rng = _make_rng(seed) if dropout > 0 else None
+        allowed = self._allowed_specials(allowed_special, disallowed_special, text)
+        text = _replace_lone_surrogates(text)
         ids: list[int] = []
-        for chunk, is_special in self._split_special(text):
+        for chunk, is_special in self._split_special(text, allowed):
             if is_special:
                 ids.append(self.special_tokens[chunk])
-                continue
-            for piece in pretokenize(chunk, self.pattern):
-                if rng is not None:
-                    ids.extend(self._merge_pretoken_dropout(list(piece.encode("utf-8")), dropout, rng))
-                    continue
-                cached = self._cache.get(piece)
-                if cached is None:
-                    cached = tuple(self._merge_pretoken(list(piece.encode("utf-8"))))
-                    if len(self._cache) >= 100_000:
-                        self._cache.clear()
-                    self._cache[piece] = cached
-                ids.extend(cached)
+            elif rng is None:
+                ids += self._encode_ordinary(chunk)
+            else:
+                byte_ids = self.byte_ids
+                for piece in self._pretokenize(chunk):
+                    ids += self._merge_pretoken_dropout([byte_ids[b] for b in piece.encode("utf-8")], dropout, rng)
         return ids
+
+    def encode_iterable(self, chunks: Iterable[str], allowed_special=(), disallowed_special="all") -> Iterator[int]:
+        """Yield the ids of the concatenated ``chunks`` (e.g. the lines of an open file) one by one, lazily.
+
+        Book: Tokenizers, "Real vocabularies".
+
+        The last pre-token of each chunk is held back and pre-tokenised again with the next chunk, so a word or
+        a run of blank lines cut by a chunk boundary is merged whole. The output equals
+        ``encode("".join(chunks))`` whenever the pre-tokens before that last one do not depend on the text
+        that follows (true when chunks end with a newline, as lines do; a chunk ending inside ``"we'l"`` +
+        ``"l"`` splits the contraction differently). A special token must lie inside one chunk; the
+        disallowed check runs on each chunk with its held-back text.
+        """
+        if isinstance(chunks, str) or not isinstance(chunks, Iterable):
+            raise TypeError(f"chunks must be an iterable of str (e.g. an open text file), got {_type_name(chunks)}")
+        held = ""
+        for k, chunk in enumerate(chunks):
+            _check_str(f"chunk {k}", chunk)
+            text = held + chunk
+            allowed = self._allowed_specials(allowed_special, disallowed_special, text)
+            parts = self._split_special(_replace_lone_surrogates(text), allowed)
+            held = ""
+            if parts and not parts[-1][1]:
+                tail = self._pretokenize(parts.pop()[0])
+                held = tail.pop()
+                parts.append(("".join(tail), False))
+            for part, is_special in parts:
+                if is_special:
+                    yield self.special_tokens[part]
+                else:
+                    yield from self._encode_ordinary(part)
+        if held:
+            yield from self._encode_ordinary(held)
 
     def decode(self, ids, errors: str = "replace") -> str:
         """The text of ``ids``: concatenate the tokens' bytes and decode UTF-8.
 
         Book: Tokenizers, "Byte-level BPE".
 
-        A slice of ids can end inside a multi-byte character; ``errors="replace"`` (as GPT-2 does) shows the
-        broken bytes as U+FFFD, ``errors="strict"`` raises ``UnicodeDecodeError``.
+        A slice of ids can end inside a multi-byte character; ``errors="replace"`` (as GPT-2 and tiktoken do)
+        shows the broken bytes as U+FFFD, ``errors="strict"`` raises ``UnicodeDecodeError``.
         """
         ids = _check_ids(ids, self.vocab_size)
         _check_choice("errors", errors, ("strict", "replace", "ignore", "backslashreplace"))
-        return b"".join(self.vocab[i] for i in ids).decode("utf-8", errors=errors)
+        vocab = self.vocab
+        unused = next((i for i in ids if i not in vocab), None)
+        if unused is not None:
+            raise ValueError(f"id {unused} is unused in this vocabulary: no token has it")
+        return b"".join([vocab[i] for i in ids]).decode("utf-8", errors=errors)
 
     # ---- files
 
@@ -426,8 +602,15 @@ class BPETokenizer:
         Book: Tokenizers, "Byte-level BPE".
 
         Each merge is written as ``[id_a, id_b, "text"]``: ``text`` shows the new token's bytes (invalid UTF-8
-        as ``\\xNN``) for a human reader and is ignored by :meth:`load`.
+        as ``\\xNN``) for a human reader and is ignored by :meth:`load`. Only a tokenizer with the trained
+        layout can be saved; a published vocabulary is read from its own files.
         """
+        trained = self.byte_ids == list(range(256)) and all(
+            self._ranks[pair] == 256 + k for k, pair in enumerate(self.merges)
+        ) and len(self._ranks) == len(self.merges)
+        if not trained:
+            raise ValueError("save writes tokenizers with the trained layout (bytes 0..255, merge k = id 256 + k); "
+                             "load a published vocabulary from its own files")
         header = {
             "type": "llmarch.BPETokenizer",
             "version": 1,
