@@ -1,7 +1,16 @@
-"""Byte-level BPE training time: llmarch's BPETokenizer vs a naive recount-every-merge trainer vs Hugging Face.
+"""Byte-level BPE: encoding time against tiktoken, and training time against a naive trainer and Hugging Face.
 
-    python benchmarks/bench_bpe.py [--corpus zipf|grammar] [--megabytes 1.0] [--vocab-size 2000]
-                                   [--naive-merges 150] [--repeats 3] [--hf-threads 1]
+    python benchmarks/bench_bpe.py [--part all|encode|train] [--corpus zipf|grammar] [--megabytes 1.0]
+                                   [--vocab-size 2000] [--naive-merges 150] [--repeats 3] [--hf-threads 1]
+
+Encoding (``--part encode``): GPT-2's and GPT-4's (cl100k_base) official vocabularies, loaded by
+:func:`llmarch.tokenizers.openai_tokenizer`, encode 1 MB of real English text (the Python documentation's
+pydoc topics, then the book's chapters) and 1 MB of Python code (the standard library's sources), against
+tiktoken built from the same rank files (its ``encode`` runs on one thread). llmarch's cache of merged
+pre-tokens is emptied before every run, so each run merges every distinct pre-token again. The ids must be
+equal; the printed ratio is llmarch's CPU time over tiktoken's (target: at most 3).
+
+Training:
 
 All three train byte-level BPE with GPT-2's pre-tokenisation on the same text to the same vocabulary size
 (256 byte tokens + merges, no special tokens):
@@ -29,7 +38,8 @@ nothing for an incremental trainer to save.
 
 Prints CPU and wall times, the ratios of CPU times (naive / llmarch, llmarch / tokenizers) and how many of
 llmarch's merges the Rust trainer also learned. No assertions: the numbers are for the book's "Byte-level BPE"
-section. On a 2-core machine the default run takes about a minute and a half.
+section. On a 2-core machine the default run takes about a minute and a half (training) plus half a minute
+(encoding).
 """
 
 from __future__ import annotations
@@ -42,7 +52,15 @@ from collections import Counter
 
 import numpy as np
 
-from llmarch.tokenizers import BPETokenizer, merge_symbols, pretokenize
+from llmarch.tokenizers import (
+    OPENAI_SPECIAL_TOKENS,
+    OPENAI_SPLIT_PATTERNS,
+    BPETokenizer,
+    bytes_to_unicode,
+    merge_symbols,
+    openai_tokenizer,
+    pretokenize,
+)
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -158,20 +176,6 @@ def naive_step_seconds(word_counts: Counter, merges: list, at: int, repeats: int
 # Hugging Face tokenizers
 
 
-def bytes_to_unicode() -> dict[int, str]:
-    """GPT-2's printable stand-in for each byte (the alphabet of the ``ByteLevel`` pre-tokenizer): printable
-    Latin-1 bytes stand for themselves, the other 68 bytes for the code points 256, 257, ... in byte order."""
-    keep = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
-    table, extra = {}, 0
-    for b in range(256):
-        if b in keep:
-            table[b] = chr(b)
-        else:
-            table[b] = chr(256 + extra)
-            extra += 1
-    return table
-
-
 def hf_train(text: str, vocab_size: int):
     """Train with the ``tokenizers`` library; returns (merges as byte pairs, Timer, version)."""
     import json
@@ -198,10 +202,73 @@ def hf_train(text: str, vocab_size: int):
 
 
 # --------------------------------------------------------------------------------------------------------------
+# encoding against tiktoken
+
+
+def real_texts(n_chars: int = 1_000_000) -> dict[str, str]:
+    """``n_chars`` of English prose (pydoc topics, then the book's chapters) and of the standard library's code."""
+    import sysconfig
+    from pathlib import Path
+
+    from pydoc_data.topics import topics
+
+    english = "\n\n".join(topics[k] for k in sorted(topics))
+    for chapter in sorted((Path(__file__).resolve().parents[1] / "book").glob("*.md")):
+        if len(english) >= n_chars:
+            break
+        english += "\n\n" + chapter.read_text(encoding="utf-8")
+    code = ""
+    for path in sorted(Path(sysconfig.get_paths()["stdlib"]).glob("*.py")):
+        if len(code) >= n_chars:
+            break
+        code += path.read_text(encoding="utf-8", errors="replace")
+    return {"English": english[:n_chars], "Python code": code[:n_chars]}
+
+
+def tiktoken_encoding(name: str, tok: BPETokenizer):
+    """tiktoken built offline from the ranks ``tok`` was loaded from (never ``tiktoken.get_encoding``)."""
+    import tiktoken
+
+    ranks = {tok.vocab[i]: i for i in tok.vocab if i not in tok.special_tokens.values()}
+    return tiktoken.Encoding(name, pat_str=OPENAI_SPLIT_PATTERNS[name], mergeable_ranks=ranks,
+                             special_tokens=OPENAI_SPECIAL_TOKENS[name])
+
+
+def encode_benchmark(repeats: int) -> None:
+    try:
+        import tiktoken
+    except ImportError:
+        print("tiktoken is not installed (the 'bench' extra): skipping the encoding benchmark")
+        return
+    texts = real_texts()
+    print(f"encoding 1 MB texts, CPU seconds (median of {repeats}), tiktoken {tiktoken.__version__} on one thread")
+    print(f"{'vocabulary':<13} {'text':<12} {'tokens':>8} {'llmarch':>9} {'tiktoken':>9} {'ratio':>7}")
+    for name in ("gpt2", "cl100k_base"):
+        tok = openai_tokenizer(name)
+        enc = tiktoken_encoding(name, tok)
+        for label, text in texts.items():
+            ours, theirs = [], []
+            for _ in range(repeats):
+                tok._cache.clear()  # every run merges every distinct pre-token again
+                with Timer() as t_ours:
+                    ids = tok.encode(text, disallowed_special=())
+                with Timer() as t_theirs:
+                    expected = enc.encode(text, disallowed_special=())
+                ours.append(t_ours.cpu)
+                theirs.append(t_theirs.cpu)
+            if ids != expected:
+                raise SystemExit(f"{name} on {label}: llmarch's ids differ from tiktoken's")
+            a, b = statistics.median(ours), statistics.median(theirs)
+            print(f"{name:<13} {label:<12} {len(ids):>8,} {a:>9.3f} {b:>9.3f} {a / b:>6.2f}x")
+    print("ratio = llmarch / tiktoken CPU time, same ids (target: at most 3x)\n")
+
+
+# --------------------------------------------------------------------------------------------------------------
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--part", choices=["all", "encode", "train"], default="all")
     parser.add_argument("--corpus", choices=["zipf", "grammar"], default="zipf")
     parser.add_argument("--megabytes", type=float, default=1.0, help="size of the training text (10^6 bytes)")
     parser.add_argument("--vocab-size", type=int, default=2000)
@@ -214,6 +281,10 @@ def main() -> None:
     # the Rust library reads these when it starts its thread pool, i.e. at the first parallel call
     os.environ["RAYON_NUM_THREADS"] = str(args.hf_threads)
     os.environ["TOKENIZERS_PARALLELISM"] = "false" if args.hf_threads == 1 else "true"
+    if args.part in ("all", "encode"):
+        encode_benchmark(args.repeats)
+    if args.part == "encode":
+        return
 
     n_bytes = int(args.megabytes * 1e6)
     text = zipf_corpus(n_bytes) if args.corpus == "zipf" else grammar_corpus(n_bytes)

@@ -305,11 +305,14 @@ def test_bpe_vocabulary_layout(bpe):
         assert bpe.vocab[256 + k] == bpe.vocab[a] + bpe.vocab[b]
 
 
-def test_bpe_merges_are_most_frequent_pairs(corpus):
+@pytest.mark.parametrize("tie_break", ["smallest_ids", "greatest_bytes"])
+def test_bpe_merges_are_most_frequent_pairs(corpus, tie_break):
     """Replay training with a full recount at every merge: each merge must be a most frequent pair, and among
-    equally frequent pairs the smallest (id_a, id_b). This checks the incremental pair counts."""
+    equally frequent pairs the smallest (id_a, id_b), or with tie_break="greatest_bytes" the pair whose
+    (bytes_a, bytes_b) is lexicographically greatest (CS336's rule). This checks the incremental pair counts."""
     text = corpus + "<|endoftext|>" + corpus[:500]
-    tok = BPETokenizer().train(text, 256 + 250 + 1, special_tokens=["<|endoftext|>"])
+    kwargs = {} if tie_break == "smallest_ids" else {"tie_break": tie_break}  # the default is unchanged
+    tok = BPETokenizer().train(text, 256 + 250 + 1, special_tokens=["<|endoftext|>"], **kwargs)
     chunks = text.split("<|endoftext|>")  # special tokens are cut out of the training text
     words = collections.Counter(p for chunk in chunks for p in pretokenize(chunk))
     seqs = {w: list(w.encode("utf-8")) for w in words}
@@ -322,6 +325,8 @@ def test_bpe_merges_are_most_frequent_pairs(corpus):
                 counts[pair] += f
         top = max(counts.values())
         tied = sorted(p for p, c in counts.items() if c == top)
+        if tie_break == "greatest_bytes":
+            tied.sort(key=lambda p: (tok.vocab[p[0]], tok.vocab[p[1]]), reverse=True)
         ties += len(tied) > 1
         assert merge == tied[0], f"merge {k}: got {merge} (count {counts[merge]}), expected {tied[0]} (count {top})"
         seqs = {w: _merge(s, *merge, 256 + k) for w, s in seqs.items()}
