@@ -219,7 +219,7 @@ def test_classic_bpe_validates_input():
 # --- pre-tokenisation ---------------------------------------------------------------------------------------
 
 # Expected splits produced by the `regex` module with the original patterns (GPT-2's encoder.py, tiktoken's
-# cl100k_base); written out here so the test does not need `regex`.
+# cl100k_base), written out here; tests/test_tokenizers_openai.py checks the patterns against tiktoken itself.
 GPT2_SPLITS = {
     "Hello world's 42  cats!!": ["Hello", " world", "'s", " 42", " ", " cats", "!!"],
     "I'll've DON'T they're": ["I", "'ll", "'ve", " DON", "'", "T", " they", "'re"],
@@ -247,17 +247,6 @@ def test_gpt2_pretokenization_matches_regex_module(text):
 @pytest.mark.parametrize("text", sorted(GPT4_SPLITS))
 def test_gpt4_pretokenization_matches_regex_module(text):
     assert pretokenize(text, GPT4_SPLIT_PATTERN) == GPT4_SPLITS[text]
-
-
-def test_pretokenization_against_regex_module_on_random_strings():
-    regex = pytest.importorskip("regex", reason="the `regex` module is optional; fixed cases above cover the split")
-    rng = random.Random(0)
-    alphabet = list("aZé1²½Ⅻ_'sStT \t\n\r\x0b\x1c\x85\xa0\u2003.,!?-🙂日") + ["'ll", "'VE", "\r\n", "\u0301"]
-    for pattern in (GPT2_SPLIT_PATTERN, GPT4_SPLIT_PATTERN):
-        compiled = regex.compile(pattern)
-        for _ in range(2000):
-            s = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 25)))
-            assert pretokenize(s, pattern) == compiled.findall(s), repr(s)
 
 
 @pytest.mark.parametrize("text", HARD_STRINGS)

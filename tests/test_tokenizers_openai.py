@@ -170,6 +170,17 @@ def test_ids_equal_tiktoken(oracles, ours, name, corpus):
 
 
 @pytest.mark.parametrize("name", NAMES)
+def test_ids_equal_tiktoken_on_random_strings(oracles, ours, name):
+    """Short random strings over an alphabet of pattern corner cases (contractions, cases, digits, marks,
+    whitespace kinds)."""
+    rng = random.Random(7)
+    alphabet = list("aZé1²½Ⅻ_'’sStTvV \t\n\r\x0b\x1c\x85\xa0\u2003.,!?-/🙂日ि्") + ["'ll", "'VE", "\r\n", "\u0301"]
+    for _ in range(1500):
+        s = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 25)))
+        assert ours[name].encode(s) == oracles[name].encode(s), repr(s)
+
+
+@pytest.mark.parametrize("name", NAMES)
 def test_special_tokens_inside_text(oracles, ours, name):
     enc, tok = oracles[name], ours[name]
     assert tok.special_tokens == enc._special_tokens == OPENAI_SPECIAL_TOKENS[name]

@@ -44,9 +44,9 @@ O200K_SPLIT_PATTERN = "|".join(
         r"\s+",
     ]
 )
-"""The ``o200k_base`` (GPT-4o) regex of tiktoken 0.14 (``tiktoken_ext/openai_public.py``): a word is upper-case
-letters then lower-case ones (so ``"HTTPServer"`` splits into ``"HTTP"`` and ``"Server"``), combining marks
-stay inside words, a contraction stays attached to its word."""
+"""The ``o200k_base`` (GPT-4o) regex of tiktoken 0.14 (``tiktoken_ext/openai_public.py``): a word is a run of
+upper-case letters then a run of lower-case ones (so ``"camelCase"`` is ``"camel"`` + ``"Case"``), combining
+marks (``\\p{M}``) stay inside words, a contraction (any case) stays attached to its word."""
 
 
 @lru_cache(maxsize=32)
