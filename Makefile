@@ -98,7 +98,7 @@ assignments: $(PY_STAMP)
 grade: $(PY_STAMP) $(DEB_STAMP)
 	$(PY) -m autograder grade ps1-attention autograder/demo --out _build/grading/ps1-attention
 
-bench: $(BENCH_STAMP) $(DEB_STAMP)
+bench: $(BENCH_STAMP) $(DEB_STAMP) $(NPM_STAMP)
 	@for script in benchmarks/bench_*.py; do echo "== $$script"; $(PY) $$script || exit 1; done
 
 experiments: $(PY_STAMP)

@@ -896,3 +896,79 @@ def test_unigram_validates_input(unigram):
         unigram.decode([60])
     with pytest.raises(ValueError, match="shrink_factor"):
         UnigramTokenizer().train(UNIGRAM_TEXT, 60, shrink_factor=1.5)
+
+
+# --- loading published vocabularies: bad input (the real files are tested in test_tokenizers_openai.py) -----
+
+
+def _byte_ranks():
+    return {bytes([b]): b for b in range(256)}
+
+
+def test_from_tiktoken_and_from_gpt2_files_validate_input(tmp_path):
+    with pytest.raises(ValueError, match="single bytes"):
+        BPETokenizer.from_tiktoken({b"a": 0}, GPT2_SPLIT_PATTERN)
+    with pytest.raises(ValueError, match="rank 5"):
+        BPETokenizer.from_tiktoken({**_byte_ranks(), b"ab": 5}, GPT2_SPLIT_PATTERN)
+    with pytest.raises(ValueError, match="which is the token"):
+        BPETokenizer.from_tiktoken(_byte_ranks(), GPT2_SPLIT_PATTERN, {"<|x|>": 65})
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        BPETokenizer.from_tiktoken(tmp_path / "missing.tiktoken", GPT2_SPLIT_PATTERN)
+    bad = tmp_path / "bad.tiktoken"
+    bad.write_text("YQ== 0\nnot-base64! 1\n", encoding="ascii")
+    with pytest.raises(ValueError, match="line 2"):
+        BPETokenizer.from_tiktoken(bad, GPT2_SPLIT_PATTERN)
+    # GPT-2's format, written here with its byte-to-unicode map: a merge of unknown tokens, ids out of order
+    from llmarch.tokenizers import bytes_to_unicode
+
+    table = bytes_to_unicode()
+    vocab = {table[b]: b for b in range(256)} | {"ab": 257, "abc": 256}
+    vocab_json, merges_txt = tmp_path / "vocab.json", tmp_path / "merges.txt"
+    vocab_json.write_text(json.dumps(vocab), encoding="utf-8")
+    merges_txt.write_text("#version: 0.2\na b\nab c\n", encoding="utf-8")
+    with pytest.raises(ValueError, match="must grow"):
+        BPETokenizer.from_gpt2_files(vocab_json, merges_txt)
+    merges_txt.write_text("#version: 0.2\nx yz\n", encoding="utf-8")
+    with pytest.raises(ValueError, match="not in"):
+        BPETokenizer.from_gpt2_files(vocab_json, merges_txt)
+
+
+def test_loaded_vocabulary_ids_special_tokens_and_errors(tmp_path):
+    """A small vocabulary in tiktoken's format whose byte ids are not the bytes (as in GPT-2)."""
+    ranks = {bytes([b]): 255 - b for b in range(256)} | {b"ab": 256, b"abc": 257}
+    tok = BPETokenizer.from_tiktoken(ranks, GPT2_SPLIT_PATTERN, {"<|end|>": 300})
+    assert tok.byte_ids[ord("a")] == 255 - ord("a") and tok.vocab_size == 301
+    assert tok.encode("abc abd") == [257, 255 - ord(" "), 256, 255 - ord("d")]
+    assert tok.encode("x<|end|>", allowed_special="all") == [255 - ord("x"), 300]
+    with pytest.raises(ValueError, match="not allowed"):
+        tok.encode("x<|end|>")
+    with pytest.raises(ValueError, match="not special tokens"):
+        tok.encode("x", allowed_special={"<|nope|>"})
+    with pytest.raises(ValueError, match="unused"):
+        tok.decode([299])
+    with pytest.raises(ValueError, match="trained layout"):
+        tok.save(tmp_path / "x.json")
+    with pytest.raises(TypeError, match="iterable of str"):
+        list(tok.encode_iterable("a string"))
+    assert tok.decode(tok.encode("a\ud800b")) == "a\ufffdb"  # a lone surrogate, as tiktoken
+
+
+def test_priority_queue_merge_equals_rescanning():
+    """merge_by_rank_heap against the O(n^2) rule written out here: merge the adjacent pair of smallest rank,
+    the leftmost among equal ranks, until no pair has a rank."""
+    from llmarch.tokenizers import merge_by_rank_heap
+
+    rng = random.Random(5)
+    for _ in range(300):
+        ranks = {}
+        for r in range(10, 10 + rng.randint(1, 12)):
+            ranks[(rng.randint(0, 3 + r - 10), rng.randint(0, 3 + r - 10))] = r
+        ids = [rng.randint(0, 3) for _ in range(rng.randint(0, 30))]
+        expected = list(ids)
+        while True:
+            found = [(ranks[p], k) for k, p in enumerate(zip(expected, expected[1:])) if p in ranks]
+            if not found:
+                break
+            r, k = min(found)
+            expected[k : k + 2] = [r]
+        assert merge_by_rank_heap(ids, ranks) == expected, (ids, ranks)
