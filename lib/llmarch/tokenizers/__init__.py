@@ -11,6 +11,8 @@ One module per algorithm, each stating its conventions in its docstring; everyth
   :data:`CL100K_SPLIT_PATTERN`, :data:`O200K_SPLIT_PATTERN`) and :func:`pretokenize`;
 - :mod:`~llmarch.tokenizers.bpe`: byte-level BPE (:class:`BPETokenizer`) with BPE-dropout, trained or loaded
   from published files (:meth:`BPETokenizer.from_tiktoken`, :meth:`BPETokenizer.from_gpt2_files`);
+- :mod:`~llmarch.tokenizers.merging`: the inner loops of byte-level BPE (incremental pair counts of training,
+  :func:`merge_by_rank_heap` for encoding);
 - :mod:`~llmarch.tokenizers.vocab_files` and :mod:`~llmarch.tokenizers.openai`: the file formats of published
   vocabularies, and GPT-2, GPT-4 and GPT-4o from the installed files (:func:`openai_tokenizer`);
 - :mod:`~llmarch.tokenizers.wordpiece`: WordPiece (:class:`WordPieceTokenizer`; BERT);
@@ -21,7 +23,8 @@ One module per algorithm, each stating its conventions in its docstring; everyth
 Every public function checks its arguments and raises ``TypeError``/``ValueError`` naming the problem.
 """
 
-from .bpe import BPETokenizer, merge_by_rank_heap
+from .bpe import BPETokenizer
+from .merging import merge_by_rank_heap
 from .openai import OPENAI_SPECIAL_TOKENS, OPENAI_SPLIT_PATTERNS, openai_tokenizer
 from .pretokenize import (
     CL100K_SPLIT_PATTERN,
@@ -36,7 +39,7 @@ from .unigram import UnigramTokenizer
 from .wordpiece import WordPieceTokenizer
 
 # Private helpers that book/experiments/tokenizer_compression.py imports from here.
-from .bpe import _PairIndex  # noqa: F401
+from .merging import _PairIndex  # noqa: F401
 from .wordpiece import _bert_pretokenize  # noqa: F401
 
 __all__ = [

@@ -5,7 +5,7 @@ Book: Tokenizers, "WordPiece".
 The first piece of a word is written as is, every later piece with the prefix ``##`` (``"hugs" -> hug ##s``);
 words that cannot be segmented become ``[UNK]``. Text is pre-tokenised as BERT's basic tokenizer does
 (:func:`_bert_clean`, :func:`_bert_pretokenize`). Training reuses byte-level BPE's incremental pair counts
-(:class:`llmarch.tokenizers.bpe._PairIndex`).
+(:class:`llmarch.tokenizers.merging._PairIndex`).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from ._common import (
     _type_name,
     _write_json_lines,
 )
-from .bpe import _PairIndex
+from .merging import _PairIndex
 
 _CONTINUATION = "##"
 
