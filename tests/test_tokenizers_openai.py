@@ -230,7 +230,8 @@ def test_priority_queue_merge_equals_tiktoken_on_every_pre_token(oracles, ours, 
 
 
 def test_long_pre_token_is_merged_fast_and_exactly(oracles, ours):
-    text = "".join(random.Random(1).choice("ab01 _") for _ in range(20000)).replace(" ", "")
+    """One pre-token of 20,000 random letters (rescanning after every merge would take minutes)."""
+    text = "".join(random.Random(1).choice("abcdefghijklmnopqrstuvwxyz") for _ in range(20000))
     for name in NAMES:
         assert ours[name].encode(text) == oracles[name].encode(text)
 
