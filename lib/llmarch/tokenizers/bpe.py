@@ -258,16 +258,13 @@ class BPETokenizer:
         else:
             if isinstance(allowed_special, str) or not isinstance(allowed_special, Iterable):
                 raise TypeError(f"allowed_special must be 'all' or a set of strings, got {allowed_special!r}")
-            allowed = frozenset(allowed_special)
-            unknown = sorted(allowed - registered)
-            if unknown:
-                raise ValueError(f"allowed_special names {unknown}, which are not special tokens of this tokenizer")
+            allowed = self._check_token_set("allowed_special", allowed_special) & registered  # others ignored
         if disallowed_special == "all":
             disallowed = registered - allowed
         elif isinstance(disallowed_special, str) or not isinstance(disallowed_special, Iterable):
             raise TypeError(f"disallowed_special must be 'all' or a set of strings, got {disallowed_special!r}")
         else:
-            disallowed = frozenset(disallowed_special)
+            disallowed = self._check_token_set("disallowed_special", disallowed_special)
         if disallowed:
             found = self._special_regex(disallowed).search(text)
             if found:
@@ -277,6 +274,14 @@ class BPETokenizer:
                     "of disallowed_special (e.g. disallowed_special=()) to encode it as ordinary text"
                 )
         return allowed
+
+    @staticmethod
+    def _check_token_set(name: str, tokens) -> frozenset:
+        tokens = list(tokens)
+        for t in tokens:
+            if not isinstance(t, str) or not t:
+                raise TypeError(f"{name} must hold non-empty strings, got {t!r}")
+        return frozenset(tokens)
 
     def _special_regex(self, specials: frozenset) -> re.Pattern | None:
         if specials not in self._special_regexes:
