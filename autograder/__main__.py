@@ -1,9 +1,13 @@
 """Command line of the grader.
 
     python -m autograder generate [ASSIGNMENT ...]          release notebooks: solutions/ -> exercises/ (nbgrader)
-    python -m autograder grade ASSIGNMENT SUBMISSIONS_DIR --out OUT_DIR [--workers N] [--timeout SECONDS]
-                               [--notebook-timeout SECONDS] [--memory MB] [--seed N] [--unsafe-no-sandbox]
-                               [--only NAME ... | --retry-failed] [--gradebook PATH] [--scheduler ADDRESS]
+    python -m autograder grade ASSIGNMENT [SUBMISSIONS_DIR --out OUT_DIR] [--course DIR] [--workers N]
+                               [--timeout SECONDS] [--notebook-timeout SECONDS] [--memory MB] [--seed N]
+                               [--unsafe-no-sandbox] [--only NAME ... | --retry-failed] [--gradebook PATH]
+                               [--roster CSV] [--due TIME] [--extensions CSV] [--late-penalty RATE]
+                               [--late-cutoff DURATION] [--scheduler ADDRESS]
+    python -m autograder course DIR --exchange DIR [--roster CSV] [--due ASSIGNMENT=TIME ...]
+    python -m autograder export (--course DIR | --gradebook PATH) --to CSV [--canvas ROSTER_CSV | --moodle]
 
 The exit code is 0 when the grader itself worked, whatever the submissions did, and 3 when it failed on some
 submission (status grader-error; every other submission is still graded and grades.csv is written).
@@ -180,9 +184,37 @@ def main(argv=None) -> int:
     gr.add_argument("--late-cutoff", metavar="DURATION", help="no points when later than this, e.g. 72h or 3d")
     gr.add_argument("--scheduler", metavar="ADDRESS",
                     help="run phase 1 on the workers of this Dask cluster (e.g. tcp://10.0.0.5:8786)")
+    co = sub.add_parser("course", help="create or update an nbgrader course folder for a term")
+    co.add_argument("folder")
+    co.add_argument("--exchange", required=True, help="nbgrader's exchange folder, e.g. /srv/nbgrader/exchange")
+    co.add_argument("--course-id", default="llmarch")
+    co.add_argument("--roster", metavar="CSV", help="students: nbgrader's id,first_name,last_name,email or Canvas's export")
+    co.add_argument("--due", action="append", default=[], metavar="ASSIGNMENT=TIME")
+    co.add_argument("--assignment", action="append", default=[], help="only these assignments (repeatable)")
+    ex = sub.add_parser("export", help="the term's grades, one row per student, for a learning-management system")
+    ex.add_argument("--course", metavar="DIR", help="the course folder (its gradebook.db)")
+    ex.add_argument("--gradebook", metavar="PATH")
+    ex.add_argument("--to", required=True, metavar="CSV")
+    form = ex.add_mutually_exclusive_group()
+    form.add_argument("--canvas", metavar="ROSTER_CSV", help="Canvas's import format, from Canvas's gradebook export")
+    form.add_argument("--moodle", action="store_true", help="Moodle's grade import format")
     args = parser.parse_args(argv)
     if args.command == "generate":
         generate(args.assignments)
+        return 0
+    if args.command == "course":
+        from autograder.course import build
+
+        build(Path(args.folder), Path(args.exchange), args.course_id, Path(args.roster) if args.roster else None,
+              args.due, args.assignment)
+        return 0
+    if args.command == "export":
+        from autograder.export import export
+
+        if not (args.gradebook or args.course):
+            raise SystemExit("export: give --course DIR or --gradebook PATH")
+        export(Path(args.gradebook) if args.gradebook else Path(args.course) / "gradebook.db", Path(args.to),
+               Path(args.canvas) if args.canvas else None, args.moodle)
         return 0
     return grade(args)
 

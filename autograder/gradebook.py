@@ -49,6 +49,8 @@ def course_id_of(path: Path) -> str:
                 ids = [row[0] for row in db.execute("SELECT id FROM course")]
         except sqlite3.Error:
             ids = []
+        if len(ids) > 1:  # nbgrader's generate_feedback adds "default_course" (GetGrades opens it without an id)
+            ids = [i for i in ids if i != "default_course"]
         if len(ids) == 1:
             return ids[0]
     return DEFAULT_COURSE_ID
