@@ -21,8 +21,8 @@ from __future__ import annotations
 
 import os
 import sqlite3
-import sys
 from contextlib import contextmanager
+from unittest import mock
 from pathlib import Path
 
 import nbformat
@@ -32,12 +32,14 @@ from autograder.term import carry_files
 DEFAULT_COURSE_ID = "llmarch"
 
 
-def _alembic_on_path() -> None:
-    """nbgrader creates a new database by running the ``alembic`` command, which lives beside this interpreter
-    (the venv's bin/), not necessarily on the instructor's PATH."""
-    bin_dir = str(Path(sys.executable).parent)
-    if bin_dir not in os.environ.get("PATH", "").split(os.pathsep):
-        os.environ["PATH"] = bin_dir + os.pathsep + os.environ.get("PATH", "")
+def _alembic_head() -> str:
+    """The schema version nbgrader stamps into a new database, read from nbgrader's own migration scripts in
+    this process (nbgrader itself runs the ``alembic`` command for it, which must be on PATH, and takes
+    seconds)."""
+    from alembic.script import ScriptDirectory
+    from nbgrader.dbutil import ALEMBIC_DIR
+
+    return ScriptDirectory(ALEMBIC_DIR).get_current_head()
 
 
 def course_id_of(path: Path) -> str:
@@ -84,15 +86,17 @@ def open_gradebook(path: Path, course_id: str | None = None):
     """nbgrader's ``Gradebook`` on ``path`` under the course's id. A new database is made under a temporary
     name and renamed into place, so that a run killed while nbgrader creates its tables leaves no half-made
     gradebook."""
+    import nbgrader.api
     from nbgrader.api import Gradebook
 
-    _alembic_on_path()
     course_id = course_id or course_id_of(path)
     if not path.exists():
         temporary = path.with_name(f".{path.name}.{os.getpid()}.new")
         temporary.unlink(missing_ok=True)
-        with Gradebook(f"sqlite:///{temporary.resolve()}", course_id=course_id):
-            pass
+        head = _alembic_head()
+        with mock.patch.object(nbgrader.api, "get_alembic_version", lambda: head):
+            with Gradebook(f"sqlite:///{temporary.resolve()}", course_id=course_id):
+                pass
         os.replace(temporary, path)
     with Gradebook(f"sqlite:///{path.resolve()}", course_id=course_id) as gradebook:
         yield gradebook
