@@ -157,14 +157,17 @@ def carry_files(submitted: Path, autograded: Path) -> None:
             (autograded / name).write_text(text, encoding="utf-8")
 
 
-def gradebook_roster(path: Path) -> tuple[list[str], str]:
-    """The students of an existing gradebook and its course id (nothing when there is no gradebook yet)."""
+def gradebook_roster(path: Path) -> tuple[list[str], dict[str, str], str]:
+    """The students of an existing gradebook, LMS user id -> student id, and the course id (nothing when there
+    is no gradebook yet)."""
     from autograder.gradebook import course_id_of, open_gradebook
 
     if not path.exists():
-        return [], ""
+        return [], {}, ""
     with open_gradebook(path) as gradebook:
-        return [s.id for s in gradebook.students], course_id_of(path)
+        students = gradebook.students
+        return ([s.id for s in students], {s.lms_user_id: s.id for s in students if s.lms_user_id},
+                course_id_of(path))
 
 
 def gradebook_due(path: Path, assignment: str) -> datetime | None:
@@ -199,7 +202,9 @@ def gather(folder: Path, assignment: str, notebook: str, out: Path, gradebook: P
         absent = []
         term.lms_ids, term.late_flag = canvas_details(submissions)
     if gradebook is not None:
-        term.roster, term.course_id = gradebook_roster(gradebook)
+        term.roster, by_lms_id, term.course_id = gradebook_roster(gradebook)
+        # a Canvas file names the student's Canvas user id: the gradebook's student with that id is the student
+        term.ids.update({s: by_lms_id[i] for s, i in term.lms_ids.items() if i in by_lms_id})
         if due is None:
             term.due = gradebook_due(gradebook, assignment)
     if roster_csv is not None:

@@ -190,3 +190,27 @@ def test_lateness_policy_against_hand_computed_penalties():
             Policy.parse(bad)
     flagged = timing(None, due, None, daily, 20, late_flag=True)
     assert flagged.late_seconds is None and flagged.penalty == 0 and "late" in flagged.note
+
+
+def test_canvas_files_keep_their_user_id_late_marker_and_roster_identity(tmp_path):
+    """Canvas names a file by the student's display name; the gradebook's student with that Canvas user id is
+    the one graded (not a second student), and `_late` is reported without inventing a time."""
+    from autograder.course import build
+
+    course, subs, out = tmp_path / "course", tmp_path / "subs", tmp_path / "out"
+    roster = tmp_path / "roster.csv"
+    roster.write_text("Student,ID,SIS User ID,SIS Login ID,Section\n\"Smith, Ann\",1001,s1,asmith,A\n"
+                      "\"Jones, Ben\",1002,s2,bjones,A\n\"Never, Ned\",1003,s3,nned,A\n")
+    build(course, tmp_path / "exchange", roster=roster, names=[PS])
+    subs.mkdir()
+    (subs / "smithann_1001_5001_ps1-attention.ipynb").write_text("not json")
+    (subs / "jonesben_late_1002_5002_ps1-attention.ipynb").write_text("not json")
+    assert grade(subs, out, "--gradebook", str(course / "gradebook.db"), "--late-penalty", "50%/day") == 0
+    rows = rows_of(out)
+    assert {n: (r["id"], r["lms_id"], r["status"]) for n, r in rows.items()} == {
+        "smithann": ("asmith", "1001", "invalid-notebook"), "jonesben": ("bjones", "1002", "invalid-notebook"),
+        "nned": ("nned", "", "missing")}
+    assert rows["jonesben"]["penalty"] == "0" and "marks this submission late" in rows["jonesben"]["notes"]
+    with sqlite3.connect(course / "gradebook.db") as db:
+        assert sorted(r[0] for r in db.execute("SELECT id FROM student")) == ["asmith", "bjones", "nned"]
+        assert sorted(r[0] for r in db.execute("SELECT student_id FROM submitted_assignment")) == ["asmith", "bjones"]

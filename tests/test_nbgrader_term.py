@@ -57,7 +57,8 @@ def nbgrader(*args, cwd: Path, home: Path | None = None, check: bool = True):
 @contextmanager
 def formgrader(course: Path):
     """A Jupyter server in the course folder, as an instructor starts JupyterLab there; yields a function
-    ``api(method, path, body=None) -> parsed JSON`` for formgrader's HTTP API."""
+    ``api(method, path, body=None) -> parsed JSON`` for formgrader's HTTP API (``api("PAGE", path)``: the
+    HTML of a formgrader page)."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -70,6 +71,9 @@ def formgrader(course: Path):
     base = f"http://127.0.0.1:{port}/formgrader/api"
 
     def api(method: str, path: str, body=None):
+        if method == "PAGE":
+            with urllib.request.urlopen(base.removesuffix("/api") + path, timeout=120) as response:
+                return response.read().decode()
         data = None if body is None else json.dumps(body).encode()
         request = urllib.request.Request(base + path, data=data, method=method)
         with urllib.request.urlopen(request, timeout=120) as response:
@@ -140,6 +144,8 @@ def test_a_term_through_nbgrader(tmp_path):
         notebooks = {s["student"]: s for s in api("GET", f"/submitted_notebooks/{PS}/ps1-attention")}
         grades = {g["name"]: g for g in api("GET", f"/grades?submission_id={notebooks['alice']['id']}")}
         assert grades["causal_not_equivariant"]["needs_manual_grade"]
+        manual_page = api("PAGE", f"/submissions/{notebooks['bob']['id']}/")  # where the instructor grades
+        assert "zeros_like" in manual_page and "Hidden tests failed" in manual_page
         api("PUT", f"/grade/{grades['causal_not_equivariant']['id']}", {"manual_score": 1.5})
         before = {s["student"]: s["score"] for s in api("GET", f"/submissions/{PS}")}
         notebook_before = (course / "autograded" / "bob" / PS / NB).read_bytes()
