@@ -47,6 +47,12 @@ sys.path.insert(0, {repo!r})
 from autograder.nbgrader_guard import RefuseAutograde  # noqa: E402
 
 c.Autograde.exporter_class = RefuseAutograde
+
+# nbgrader's generate_feedback (its GetGrades step) opens the gradebook without a course id, which adds a
+# second course, "default_course": this course's id is the default instead.
+import nbgrader.api  # noqa: E402
+
+nbgrader.api.Gradebook.__init__.__defaults__ = ({course_id!r}, None)
 """
 
 STUDENT_CONFIG = """# nbgrader configuration for students: ~/.jupyter/nbgrader_config.py (or /etc/jupyter/ for everyone)

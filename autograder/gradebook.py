@@ -83,14 +83,14 @@ def check_writable(path: Path) -> None:
 
 @contextmanager
 def open_gradebook(path: Path, course_id: str | None = None):
-    """nbgrader's ``Gradebook`` on ``path`` under the course's id. A new database is made under a temporary
-    name and renamed into place, so that a run killed while nbgrader creates its tables leaves no half-made
-    gradebook."""
+    """nbgrader's ``Gradebook`` on ``path`` under the course's id. A new database (also in place of an empty
+    file) is made under a temporary name and renamed into place, so that a run killed while nbgrader creates its
+    tables leaves no half-made gradebook."""
     import nbgrader.api
     from nbgrader.api import Gradebook
 
     course_id = course_id or course_id_of(path)
-    if not path.exists():
+    if not path.exists() or path.stat().st_size == 0:  # none yet, or an empty file a killed run left
         temporary = path.with_name(f".{path.name}.{os.getpid()}.new")
         temporary.unlink(missing_ok=True)
         head = _alembic_head()

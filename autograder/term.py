@@ -53,20 +53,17 @@ class Term:
 
 
 def is_nbgrader_layout(folder: Path) -> bool:
-    """``folder/<student>/<assignment>/`` for a known assignment of this course, in some student's folder:
-    the layout of nbgrader's ``submitted/`` (or ``autograded/``)."""
+    """The layout of nbgrader's ``submitted/``: the folder sits in a course folder (``nbgrader_config.py`` beside
+    it), or some ``<student>/<assignment>/`` of a known assignment holds nbgrader's ``timestamp.txt`` (a student's
+    own sub-folder named like an assignment, in an LMS's export, does not count)."""
+    if (folder.parent / "nbgrader_config.py").exists():
+        return True
     try:
         students = [e for e in os.scandir(folder) if e.is_dir(follow_symlinks=False)]
     except OSError:
         return False
-    for student in students:
-        try:
-            if any(e.is_dir(follow_symlinks=False) and e.name in assignments.ASSIGNMENTS
-                   for e in os.scandir(student.path)):
-                return True
-        except OSError:
-            continue
-    return False
+    return any((Path(student.path) / name / "timestamp.txt").is_file()
+               for student in students for name in assignments.ASSIGNMENTS)
 
 
 def _small_text(path: Path) -> str | None:
@@ -84,7 +81,12 @@ def nbgrader_submissions(folder: Path, assignment: str) -> tuple[dict[str, Submi
     """From nbgrader's ``submitted/``: student -> ``<student>/<assignment>/`` (only that folder), each one's
     time from its ``timestamp.txt``, the students whose folder lacks this assignment, and warnings."""
     found, times, absent, warnings = {}, {}, [], []
-    for entry in sorted(os.scandir(folder), key=lambda e: e.name):
+    try:
+        entries = sorted(os.scandir(folder), key=lambda e: e.name)
+    except OSError as err:
+        raise SystemExit(f"cannot read the submissions folder {folder}: {err.strerror or err} (in a course folder, "
+                         f"run `nbgrader collect {assignment}` first)") from None
+    for entry in entries:
         name = student_name(entry.name)
         if not entry.is_dir(follow_symlinks=False):
             warnings.append(f"{name}: ignored, not a student folder of nbgrader's submitted/ layout")

@@ -132,6 +132,16 @@ def test_a_run_killed_after_the_feedback_but_before_the_csv_is_redone_by_retry_f
     assert "lee" in (out / "report.html").read_text()
 
 
+def test_an_empty_gradebook_file_left_by_a_kill_becomes_a_whole_gradebook(tmp_path):
+    subs, out, gradebook = tmp_path / "subs", tmp_path / "out", tmp_path / "gradebook.db"
+    unreadable(subs, "ivy")
+    gradebook.write_bytes(b"")
+    assert grade(subs, out, "--gradebook", str(gradebook)) == 0
+    with sqlite3.connect(gradebook) as db:
+        assert db.execute("SELECT count(*) FROM alembic_version").fetchone()[0] == 1
+        assert [r[0] for r in db.execute("SELECT id FROM student")] == ["ivy"]
+
+
 @pytest.mark.parametrize("problem", ["folder", "not-sqlite", "parent-is-a-file"])
 def test_an_unusable_gradebook_is_refused_before_anyone_is_graded(tmp_path, problem):
     subs, out = tmp_path / "subs", tmp_path / "out"
@@ -214,3 +224,17 @@ def test_canvas_files_keep_their_user_id_late_marker_and_roster_identity(tmp_pat
     with sqlite3.connect(course / "gradebook.db") as db:
         assert sorted(r[0] for r in db.execute("SELECT id FROM student")) == ["asmith", "bjones", "nned"]
         assert sorted(r[0] for r in db.execute("SELECT student_id FROM submitted_assignment")) == ["asmith", "bjones"]
+    assert grader_main(["export", "--gradebook", str(course / "gradebook.db"), "--moodle",
+                        "--to", str(tmp_path / "moodle.csv")]) == 0
+    with open(tmp_path / "moodle.csv", newline="") as f:
+        moodle = list(csv.reader(f))
+    assert moodle[0] == ["Email address", "ID number", PS]
+    assert sorted(r[1] for r in moodle[1:]) == ["asmith", "bjones", "nned"] and {r[2] for r in moodle[1:]} == {"0"}
+
+
+def test_an_lms_folder_with_a_subfolder_named_like_the_assignment_is_not_taken_for_nbgrader(tmp_path):
+    subs, out = tmp_path / "subs", tmp_path / "out"
+    unreadable(subs / "amy", PS)  # amy/ps1-attention/ps1-attention.ipynb: her own folder, no timestamp.txt
+    unreadable(subs, "bo")  # bo/ps1-attention.ipynb
+    assert grade(subs, out) == 0
+    assert {n: r["status"] for n, r in rows_of(out).items()} == {"amy": "invalid-notebook", "bo": "invalid-notebook"}

@@ -130,8 +130,6 @@ def test_a_term_through_nbgrader(tmp_path):
     assert all(rows["bob"][cell] == "0" for cell in SOFTMAX_CELLS) and rows["bob"]["test_causal_mask"] == "1"
     assert 1800 <= int(rows["bob"]["late_seconds"]) < 3600 and rows["bob"]["penalty"] == "1.7"  # 10% of 17
     assert rows["carol"]["manual_pending"] == "0" and rows["carol"]["submitted_at"] == ""
-    with sqlite3.connect(course / "gradebook.db") as db:  # the grader wrote under the course's id only
-        assert [r[0] for r in db.execute("SELECT id FROM course")] == ["llmarch"]
     for student in ("alice", "bob"):  # nbgrader's files travel with the graded notebook
         for name in ("timestamp.txt", "submission_secret.txt"):
             assert (course / "autograded" / student / PS / name).read_text() == \
@@ -147,6 +145,8 @@ def test_a_term_through_nbgrader(tmp_path):
         manual_page = api("PAGE", f"/submissions/{notebooks['bob']['id']}/")  # where the instructor grades
         assert "zeros_like" in manual_page and "Hidden tests failed" in manual_page
         api("PUT", f"/grade/{grades['causal_not_equivariant']['id']}", {"manual_score": 1.5})
+        comments = {c["name"]: c for c in api("GET", f"/comments?submission_id={notebooks['alice']['id']}")}
+        api("PUT", f"/comment/{comments['causal_not_equivariant']['id']}", {"manual_comment": "A-COMMENT-FOR-ALICE"})
         before = {s["student"]: s["score"] for s in api("GET", f"/submissions/{PS}")}
         notebook_before = (course / "autograded" / "bob" / PS / NB).read_bytes()
         clicked = api("POST", f"/submission/{PS}/bob/autograde")  # formgrader's Autograde button (--force)
@@ -169,7 +169,7 @@ def test_a_term_through_nbgrader(tmp_path):
         if student == "bob":
             assert "Hidden tests failed" in page and "zeros_like" in page
         else:
-            assert "1.5" in page  # the manual grade
+            assert "16.5" in page and "A-COMMENT-FOR-ALICE" in page  # with the manual grade and comment
 
     nbgrader("export", "--to", str(tmp_path / "nbgrader.csv"), cwd=course)
     exported = {r["student_id"]: r for r in csv.DictReader(open(tmp_path / "nbgrader.csv"))}
@@ -177,6 +177,8 @@ def test_a_term_through_nbgrader(tmp_path):
     assert float(exported["bob"]["late_submission_penalty"]) == 1.7
     assert float(exported["bob"]["score"]) == float(rows["bob"]["score"]) - 1.7
     assert float(exported["carol"]["score"]) == 0 and exported["carol"]["timestamp"] == ""
+    with sqlite3.connect(course / "gradebook.db") as db:  # one course: no stray "default_course"
+        assert [r[0] for r in db.execute("SELECT id FROM course")] == ["llmarch"]
     run(["-m", "autograder", "export", "--course", str(course), "--canvas", str(canvas),
          "--to", str(tmp_path / "canvas-import.csv")], tmp_path)
     with open(tmp_path / "canvas-import.csv", newline="") as f:
