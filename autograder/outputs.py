@@ -1,6 +1,6 @@
 """Writing a run's outputs in an order that survives a kill, under a lock that keeps concurrent runs apart.
 
-Into one ``--out`` folder, one run at a time (``results.locked``): the run first records whose outputs it is
+Into one ``--out`` folder, and into one gradebook, one run at a time (``results.locked``): the run first records whose outputs it is
 about to write (``results.mark_pending``), then writes the feedback pages, the gradebook and the
 ``autograded/`` notebooks, then ``grades.csv`` (re-read under the lock and merged, so a concurrent run's rows
 stay), then ``report.html``, and only then clears the record. A run killed anywhere in between leaves its
@@ -9,12 +9,13 @@ students listed as pending, and ``--retry-failed`` grades them again, so every o
 
 from __future__ import annotations
 
+import contextlib
 import sys
 from pathlib import Path
 
 from autograder.feedback import folder_name, write_feedback
-from autograder.results import (clear_pending, csv_safe, locked, mark_pending, merge, read_records, read_rows,
-                                result_row, write_record, write_rows)
+from autograder.results import (LOCK, clear_pending, csv_safe, locked, mark_pending, merge, read_records,
+                                read_rows, result_row, write_record, write_rows)
 
 
 def _autograded(assignment: str, notebook: str, results, submissions) -> dict:
@@ -39,7 +40,10 @@ def write_outputs(assignment: str, notebook: str, template, results, submissions
     from autograder.report import write_report
 
     auto_max = sum(i.points for i in template.auto_items)
-    with locked(out):
+    with contextlib.ExitStack() as held:  # always the output folder first, then the gradebook: no deadlock
+        held.enter_context(locked(out / LOCK))
+        if gradebook is not None:
+            held.enter_context(locked(gradebook.with_name(f".{gradebook.name}.lock")))
         mark_pending(out, [csv_safe(r.student) for r in results])
         for result in results:
             try:

@@ -14,6 +14,7 @@ import fcntl
 import io
 import json
 import os
+import secrets
 from pathlib import Path
 
 MARKER = ".autograder.json"
@@ -33,8 +34,9 @@ def csv_safe(text: str) -> str:
 
 
 def atomic_write_text(path: Path, text: str) -> None:
-    """Write ``text`` to a temporary file beside ``path``, then rename it over ``path``."""
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    """Write ``text`` to a temporary file beside ``path`` (a name no other writer, process or thread, uses),
+    then rename it over ``path``."""
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
     with open(temporary, "w", encoding="utf-8", newline="") as f:
         f.write(text)
         f.flush()
@@ -122,10 +124,11 @@ def merge(existing: dict[str, dict[str, str]], rows: list[dict[str, str]]) -> di
 
 
 @contextlib.contextmanager
-def locked(out: Path):
-    """Hold ``out/.autograder.lock`` (an exclusive ``flock``) in this block: two runs into one output folder
-    write one after the other, each merging into what the other wrote, so no row is lost."""
-    with open(out / LOCK, "a") as handle:
+def locked(lock_file: Path):
+    """Hold ``lock_file`` (an exclusive ``flock``) in this block: two runs into one output folder (lock
+    ``out/.autograder.lock``) or one gradebook write one after the other, each merging into what the other
+    wrote, so no row is lost."""
+    with open(lock_file, "a") as handle:
         fcntl.flock(handle, fcntl.LOCK_EX)
         try:
             yield
