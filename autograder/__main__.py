@@ -51,9 +51,9 @@ def _progress(done: int, total: int, student: str) -> None:
     sys.stderr.flush()
 
 
-def _select(args, submissions: dict, existing: dict, pending: set[str]) -> dict:
-    """The submissions this run grades: all, ``--only`` names, or ``--retry-failed`` (no finished row yet, or
-    a row whose outputs a killed run was writing)."""
+def _select(args, submissions: dict, existing: dict, pending: set[str], term) -> dict:
+    """The submissions this run grades: all, ``--only`` names, or ``--retry-failed`` (no finished row yet, a
+    row whose outputs a killed run was writing, or a submission the gradebook does not hold)."""
     from autograder.results import FINISHED, csv_safe
 
     if args.only:
@@ -63,7 +63,8 @@ def _select(args, submissions: dict, existing: dict, pending: set[str]) -> dict:
         return {name: submissions[name] for name in args.only}
     if args.retry_failed:
         return {name: sub for name, sub in submissions.items()
-                if existing.get(csv_safe(name), {}).get("status") not in FINISHED or csv_safe(name) in pending}
+                if existing.get(csv_safe(name), {}).get("status") not in FINISHED or csv_safe(name) in pending
+                or (term.recorded is not None and term.student_id(name) not in term.recorded)}
     return submissions
 
 
@@ -113,7 +114,7 @@ def grade(args) -> int:
     for warning in warnings:
         print(f"warning: {warning}", file=sys.stderr)
     prepare_output_dir(out, args.assignment, template)
-    selected = _select(args, submissions, read_rows(out / "grades.csv"), read_pending(out))
+    selected = _select(args, submissions, read_rows(out / "grades.csv"), read_pending(out), term)
     options = Options(cell_timeout=args.timeout, notebook_timeout=args.notebook_timeout, memory_mb=args.memory,
                       seed=args.seed, unsafe_no_sandbox=args.unsafe_no_sandbox)
     started = time.monotonic()

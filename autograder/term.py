@@ -43,6 +43,7 @@ class Term:
     submitted_from: dict[str, Path] = field(default_factory=dict)  # student -> submitted/<student>/<assignment>
     ids: dict[str, str] = field(default_factory=dict)  # student -> nbgrader id, where it is not folder_name's
     absent: list[str] = field(default_factory=list)  # on the roster or in submitted/, without this assignment
+    recorded: set[str] | None = None  # ids with a submission in the gradebook (None: no gradebook)
 
     def student_id(self, student: str) -> str:
         """The student's distinct, stable id in feedback/, grades.csv and the gradebook: nbgrader's own id
@@ -172,18 +173,20 @@ def gradebook_roster(path: Path) -> tuple[list[str], dict[str, str], str]:
                 course_id_of(path))
 
 
-def gradebook_due(path: Path, assignment: str) -> datetime | None:
+def gradebook_assignment(path: Path, assignment: str) -> tuple[datetime | None, set[str]]:
+    """The assignment's due date in the gradebook and the ids of the students with a submission of it."""
     from nbgrader.api import MissingEntry
 
     from autograder.gradebook import open_gradebook
 
     if not path.exists():
-        return None
+        return None, set()
     with open_gradebook(path) as gradebook:
         try:
-            return gradebook.find_assignment(assignment).duedate
+            found = gradebook.find_assignment(assignment)
         except MissingEntry:
-            return None
+            return None, set()
+        return found.duedate, {s.student.id for s in found.submissions}
 
 
 def gather(folder: Path, assignment: str, notebook: str, out: Path, gradebook: Path | None,
@@ -207,8 +210,9 @@ def gather(folder: Path, assignment: str, notebook: str, out: Path, gradebook: P
         term.roster, by_lms_id, term.course_id = gradebook_roster(gradebook)
         # a Canvas file names the student's Canvas user id: the gradebook's student with that id is the student
         term.ids.update({s: by_lms_id[i] for s, i in term.lms_ids.items() if i in by_lms_id})
+        gradebook_due, term.recorded = gradebook_assignment(gradebook, assignment)
         if due is None:
-            term.due = gradebook_due(gradebook, assignment)
+            term.due = gradebook_due
     if roster_csv is not None:
         ids, _ = read_roster(roster_csv)
         term.roster += [s for s in ids if s not in term.roster]

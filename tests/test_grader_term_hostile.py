@@ -141,6 +141,20 @@ def test_a_run_killed_after_the_feedback_but_before_the_csv_is_redone_by_retry_f
     assert "lee" in (out / "report.html").read_text()
 
 
+def test_retry_failed_regrades_whom_a_lost_gradebook_no_longer_holds(tmp_path):
+    subs, out, gradebook = tmp_path / "subs", tmp_path / "out", tmp_path / "gradebook.db"
+    unreadable(subs, "uma")
+    unreadable(subs, "val")
+    assert grade(subs, out, "--gradebook", str(gradebook)) == 0
+    csv_text = (out / "grades.csv").read_text()
+    (out / "grades.csv").write_text(csv_text.replace("invalid-notebook", "graded"))  # as if both were graded
+    gradebook.unlink()  # and the gradebook was lost (restored from an old backup, deleted by mistake)
+    assert grade(subs, out, "--gradebook", str(gradebook), "--retry-failed") == 0
+    assert {r["status"] for r in rows_of(out).values()} == {"invalid-notebook"}  # both were graded again
+    with sqlite3.connect(gradebook) as db:
+        assert sorted(r[0] for r in db.execute("SELECT student_id FROM submitted_assignment")) == ["uma", "val"]
+
+
 def test_an_empty_gradebook_file_left_by_a_kill_becomes_a_whole_gradebook(tmp_path):
     subs, out, gradebook = tmp_path / "subs", tmp_path / "out", tmp_path / "gradebook.db"
     unreadable(subs, "ivy")
