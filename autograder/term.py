@@ -217,7 +217,10 @@ def gather(folder: Path, assignment: str, notebook: str, out: Path, gradebook: P
         ids, _ = read_roster(roster_csv)
         term.roster += [s for s in ids if s not in term.roster]
     if due is not None:
-        term.due = parse_time(due, "--due")
+        try:
+            term.due = parse_time(due, "--due")
+        except ValueError as err:
+            raise SystemExit(str(err)) from None
     if extensions_csv is not None:
         term.extensions = read_extensions(extensions_csv, assignment)
     known = {term.student_id(s) for s in submissions}
