@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 
 from autograder.sandbox import bubblewrap_available
-from submissions import submission, write
+from submissions import release, solution_sources, submission, write
 
 ROOT = Path(__file__).resolve().parents[1]
 PS, NB = "ps1-attention", "ps1-attention.ipynb"
@@ -109,12 +109,18 @@ def test_a_term_through_nbgrader(tmp_path):
     (tmp_path / "extensions.csv").write_text(f"student,assignment,hours\nalice,{PS},48\n")
 
     nbgrader("release_assignment", PS, cwd=course)
-    for student, answers in (("alice", {}), ("bob", {"softmax": WRONG_SOFTMAX}), ("carol", None)):
+    own_code = solution_sources(PS, NB)["softmax"] + "\n# ALICE-OWN-LINE\n"
+    for student, answers in (("alice", {"softmax": own_code}), ("bob", {"softmax": WRONG_SOFTMAX}),
+                             ("carol", None)):
         home = homes / student
         (home / ".jupyter").mkdir(parents=True)
         (home / ".jupyter" / "nbgrader_config.py").write_text((course / "student_nbgrader_config.py").read_text())
         nbgrader("fetch_assignment", PS, cwd=home, home=home)
         assert (home / PS / NB).exists()
+        if student == "bob":  # a first, empty submission; the resubmission below is the one that counts
+            write(release(PS, NB), home / PS, NB)
+            nbgrader("submit", PS, "--student", student, cwd=home, home=home)
+            time.sleep(1.1)  # nbgrader's submissions are named by the second
         if answers is not None:  # carol never submits
             write(submission(PS, NB, answers=answers), home / PS, NB)
             nbgrader("submit", PS, "--student", student, cwd=home, home=home)
@@ -127,6 +133,7 @@ def test_a_term_through_nbgrader(tmp_path):
     assert {s: r["status"] for s, r in rows.items()} == {"alice": "graded", "bob": "graded", "carol": "missing"}
     assert rows["alice"]["score"] == "15" and rows["alice"]["late_seconds"] == "0"
     assert rows["alice"]["penalty"] == "0"
+    # bob's resubmission was graded: its causal mask passes, which his first, empty submission could not
     assert all(rows["bob"][cell] == "0" for cell in SOFTMAX_CELLS) and rows["bob"]["test_causal_mask"] == "1"
     assert 1800 <= int(rows["bob"]["late_seconds"]) < 3600 and rows["bob"]["penalty"] == "1.7"  # 10% of 17
     assert rows["carol"]["manual_pending"] == "0" and rows["carol"]["submitted_at"] == ""
@@ -165,7 +172,8 @@ def test_a_term_through_nbgrader(tmp_path):
         pages = list((home / PS / "feedback").glob(f"*/{PS}.html"))
         assert len(pages) == 1, pages
         page = pages[0].read_text()
-        assert "Hidden tests passed" in page and "exp" in page  # the results, and the student's own code
+        assert "Hidden tests passed" in page  # the hidden-case results
+        assert ("ALICE-OWN-LINE" in page) == (student == "alice")  # and the student's own code
         if student == "bob":
             assert "Hidden tests failed" in page and "zeros_like" in page
         else:
