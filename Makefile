@@ -19,7 +19,7 @@ DEB_STAMP   := $(VENV)/.system-packages
 NPM_STAMP   := node_modules/.installed
 MATHJAX     := _build/assets/mathjax/tex-chtml.js
 
-.PHONY: help setup book test test-lib test-gpu lab assignments grade bench experiments clean
+.PHONY: help setup book test test-lib test-gpu lab assignments grade bench experiments clean course student-env
 
 help:
 	@echo "make book         set up, then build the book into _build/html"
@@ -27,6 +27,8 @@ help:
 	@echo "make lab          JupyterLab on the exercises"
 	@echo "make assignments  regenerate exercises/ from solutions/ (nbgrader)"
 	@echo "make grade        grade the demo submissions in autograder/demo/ (sandboxed)"
+	@echo "make course       an nbgrader course folder for a term (COURSE=course EXCHANGE=... ROSTER=... DUE=...)"
+	@echo "make student-env  a Python environment students' accounts can use (STUDENT_VENV=/opt/llmarch-env)"
 	@echo "make bench        run the benchmarks (each prints a ratio against a named peer)"
 	@echo "make test-gpu     CUDA tests + GPU attention benchmark (book/data); skips without CUDA, no setup"
 	@echo "make experiments  rerun the experiments whose results the book reads from book/data"
@@ -92,8 +94,29 @@ lab: setup
 	mkdir -p exercises
 	$(VENV)/bin/jupyter lab --allow-root --ServerApp.root_dir=exercises
 
-assignments: $(PY_STAMP)
-	$(PY) -m autograder generate
+# With VENV=... naming another environment (one that has nbgrader), nothing is installed into it: the clone
+# is put on PYTHONPATH instead.
+assignments: $(if $(filter .venv,$(VENV)),$(PY_STAMP),$(VENV)/bin/python)
+	PYTHONPATH=$(CURDIR):$(CURDIR)/lib$${PYTHONPATH:+:$$PYTHONPATH} $(PY) -m autograder generate
+
+# An nbgrader course folder (README, "Teach with it"): nbgrader_config.py, release/, gradebook.db, exchange.
+COURSE   ?= course
+EXCHANGE ?= /srv/nbgrader/exchange
+course: $(PY_STAMP)
+	$(PY) -m autograder course $(COURSE) --exchange $(EXCHANGE) $(if $(ROSTER),--roster $(ROSTER)) \
+	  $(foreach d,$(DUE),--due $(d))
+
+# What students' notebooks need (they do not import llmarch), in a folder every account can read: the course's
+# .venv lives in the clone, often under /root, which other accounts cannot enter.
+STUDENT_VENV ?= /opt/llmarch-env
+STUDENT_PKGS := "torch==2.13.0" "numpy>=1.26,<3" "matplotlib>=3.8,<4" "jupyterlab>=4.2,<5" "ipykernel>=6.29" \
+                "nbgrader>=0.9.3,<0.10"
+student-env:
+	python3 -m venv $(STUDENT_VENV)
+	$(STUDENT_VENV)/bin/python -m pip install --quiet $(STUDENT_PKGS)
+	chmod -R a+rX $(STUDENT_VENV)
+	$(STUDENT_VENV)/bin/python -m ipykernel install --name llmarch --display-name "Python (llmarch course)" \
+	  --prefix /usr/local
 
 grade: $(PY_STAMP) $(DEB_STAMP)
 	$(PY) -m autograder grade ps1-attention autograder/demo --out _build/grading/ps1-attention

@@ -1,9 +1,13 @@
 """Command line of the grader.
 
     python -m autograder generate [ASSIGNMENT ...]          release notebooks: solutions/ -> exercises/ (nbgrader)
-    python -m autograder grade ASSIGNMENT SUBMISSIONS_DIR --out OUT_DIR [--workers N] [--timeout SECONDS]
-                               [--notebook-timeout SECONDS] [--memory MB] [--seed N] [--unsafe-no-sandbox]
-                               [--only NAME ... | --retry-failed] [--gradebook PATH] [--scheduler ADDRESS]
+    python -m autograder grade ASSIGNMENT [SUBMISSIONS_DIR --out OUT_DIR] [--course DIR] [--workers N]
+                               [--timeout SECONDS] [--notebook-timeout SECONDS] [--memory MB] [--seed N]
+                               [--unsafe-no-sandbox] [--only NAME ... | --retry-failed] [--gradebook PATH]
+                               [--roster CSV] [--due TIME] [--extensions CSV] [--late-penalty RATE]
+                               [--late-cutoff DURATION] [--scheduler ADDRESS]
+    python -m autograder course DIR --exchange DIR [--roster CSV] [--due ASSIGNMENT=TIME ...]
+    python -m autograder export (--course DIR | --gradebook PATH) --to CSV [--canvas ROSTER_CSV | --moodle]
 
 The exit code is 0 when the grader itself worked, whatever the submissions did, and 3 when it failed on some
 submission (status grader-error; every other submission is still graded and grades.csv is written).
@@ -47,8 +51,9 @@ def _progress(done: int, total: int, student: str) -> None:
     sys.stderr.flush()
 
 
-def _select(args, submissions: dict, existing: dict) -> dict:
-    """The submissions this run grades: all, ``--only`` names, or ``--retry-failed`` (no finished row yet)."""
+def _select(args, submissions: dict, existing: dict, pending: set[str], term) -> dict:
+    """The submissions this run grades: all, ``--only`` names, or ``--retry-failed`` (no finished row yet, a
+    row whose outputs a killed run was writing, or a submission the gradebook does not hold)."""
     from autograder.results import FINISHED, csv_safe
 
     if args.only:
@@ -58,17 +63,32 @@ def _select(args, submissions: dict, existing: dict) -> dict:
         return {name: submissions[name] for name in args.only}
     if args.retry_failed:
         return {name: sub for name, sub in submissions.items()
-                if existing.get(csv_safe(name), {}).get("status") not in FINISHED}
+                if existing.get(csv_safe(name), {}).get("status") not in FINISHED or csv_safe(name) in pending
+                or (term.recorded is not None and term.student_id(name) not in term.recorded)}
     return submissions
 
 
+def _locations(args) -> tuple[Path, Path, Path | None]:
+    """(submissions folder, output folder, gradebook) from the arguments; ``--course DIR`` gives
+    ``DIR/submitted``, ``DIR/grader/<assignment>`` and ``DIR/gradebook.db`` where they are not named."""
+    course = Path(args.course) if args.course else None
+    if course is not None and not (course / "nbgrader_config.py").exists():
+        raise SystemExit(f"--course {course} is not an nbgrader course folder (no nbgrader_config.py); "
+                         "make one with `python -m autograder course DIR`")
+    submissions = Path(args.submissions) if args.submissions else course / "submitted" if course else None
+    out = Path(args.out) if args.out else course / "grader" / args.assignment if course else None
+    if submissions is None or out is None:
+        raise SystemExit("name the submissions folder and --out, or give --course DIR")
+    gradebook = Path(args.gradebook) if args.gradebook else course / "gradebook.db" if course else None
+    return submissions, out, gradebook
+
+
 def grade(args) -> int:
-    from autograder.feedback import write_feedback
-    from autograder.grade import Options, grade_all, release_template
-    from autograder.intake import find_submissions
-    from autograder.report import write_report
-    from autograder.results import merge, prepare_output_dir, read_rows, write_rows
+    from autograder.grade import Options, SubmissionResult, _zero_items, grade_all, release_template
+    from autograder.lateness import Policy, timing
+    from autograder.results import prepare_output_dir, read_pending, read_rows
     from autograder.sandbox import bubblewrap_available
+    from autograder.term import gather
 
     template, notebook = release_template(args.assignment)
     if args.unsafe_no_sandbox:
@@ -78,32 +98,39 @@ def grade(args) -> int:
         raise SystemExit("bubblewrap (bwrap) is not installed, so student code cannot be isolated; refusing to run it. "
                          "Install the Debian package `bubblewrap` (make setup does), or pass --unsafe-no-sandbox "
                          "if you trust every submission.")
-    out = Path(args.out)
-    submissions, warnings = find_submissions(Path(args.submissions), notebook, exclude=out)
+    folder, out, gradebook = _locations(args)
+    args.submissions = str(folder)
+    try:
+        policy = Policy.parse(args.late_penalty, args.late_cutoff)
+    except ValueError as err:
+        raise SystemExit(str(err)) from None
+    if gradebook is not None:
+        from autograder.gradebook import check_writable
+
+        check_writable(gradebook)  # before anyone is graded
+    submissions, term, warnings = gather(folder, args.assignment, notebook, out, gradebook,
+                                         Path(args.roster) if args.roster else None,
+                                         Path(args.extensions) if args.extensions else None, args.due)
     for warning in warnings:
         print(f"warning: {warning}", file=sys.stderr)
     prepare_output_dir(out, args.assignment, template)
-    existing = read_rows(out / "grades.csv")
-    selected = _select(args, submissions, existing)
+    selected = _select(args, submissions, read_rows(out / "grades.csv"), read_pending(out), term)
     options = Options(cell_timeout=args.timeout, notebook_timeout=args.notebook_timeout, memory_mb=args.memory,
                       seed=args.seed, unsafe_no_sandbox=args.unsafe_no_sandbox)
     started = time.monotonic()
     results = grade_all(args.assignment, selected, options, args.workers, _progress, scheduler=args.scheduler)
-    rows = merge(existing, results, template)
-    write_rows(rows, template, out / "grades.csv")
-    auto_max = sum(i.points for i in template.auto_items)
-    for result in results:
-        try:
-            write_feedback(result, args.assignment, notebook, auto_max, out)
-        except Exception as err:  # noqa: BLE001 - one page that cannot be written must not lose the others
-            print(f"warning: could not write the feedback of {result.student!r}: {err}", file=sys.stderr)
-    if args.gradebook:
-        from autograder.grade import release_notebook
-        from autograder.gradebook import record
+    if not args.only:
+        results += [SubmissionResult(s, "missing", f"no submission of {args.assignment}",
+                                     _zero_items(template, "not submitted")) for s in term.absent]
+    max_score = sum(i.points for i in template.items)
+    timings = {r.student: timing(term.submitted_at.get(r.student), term.due, term.extensions.get(r.student),
+                                 policy, max_score, r.student in term.late_flag)
+               for r in results if r.student in submissions}
+    from autograder.outputs import write_outputs
 
-        record(Path(args.gradebook), args.assignment, notebook, template, results, release_notebook(args.assignment))
-    write_report(rows, template, args.assignment, out / "report.html")
+    rows = write_outputs(args.assignment, notebook, template, results, submissions, term, timings, out, gradebook)
     elapsed = time.monotonic() - started
+    auto_max = sum(i.points for i in template.auto_items)
     print(f"\n{'student':<24} {'status':<17} {'tampered':<9} score")
     for r in results:
         print(f"{r.student[:24]:<24} {r.status:<17} {'yes' if r.tampered else 'no':<9} {r.score:g} / {auto_max:g}")
@@ -112,9 +139,10 @@ def grade(args) -> int:
         counts[r.status] = counts.get(r.status, 0) + 1
     summary = ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
     kept = len(rows) - len(results)
-    print(f"\n{len(results)} submissions graded in {elapsed:.1f} s ({summary or 'none'})"
+    print(f"\n{len(results)} students in {elapsed:.1f} s ({summary or 'none'})"
           + (f"; {kept} earlier results kept" if kept else "")
-          + f"; wrote {out / 'grades.csv'}, {out / 'report.html'} and {out / 'feedback'}/")
+          + f"; wrote {out / 'grades.csv'}, {out / 'report.html'} and {out / 'feedback'}/"
+          + (f"; recorded in {gradebook}" if gradebook else ""))
     if counts.get("grader-error"):
         print(f"error: the grader failed on {counts['grader-error']} submission(s); see their detail column",
               file=sys.stderr)
@@ -129,8 +157,12 @@ def main(argv=None) -> int:
     gen.add_argument("assignments", nargs="*")
     gr = sub.add_parser("grade", help="grade a folder of submissions")
     gr.add_argument("assignment")
-    gr.add_argument("submissions", help="SUBMISSIONS_DIR/<student>/<notebook>.ipynb or SUBMISSIONS_DIR/<student>.zip")
-    gr.add_argument("--out", required=True)
+    gr.add_argument("submissions", nargs="?",
+                    help="SUBMISSIONS_DIR/<student>/<notebook>.ipynb, SUBMISSIONS_DIR/<student>.zip, Canvas's "
+                         "files, or nbgrader's submitted/<student>/<assignment>/ (default with --course)")
+    gr.add_argument("--out", help="the output folder (default with --course: COURSE/grader/ASSIGNMENT)")
+    gr.add_argument("--course", metavar="DIR",
+                    help="an nbgrader course folder: its submitted/, gradebook.db (roster, due date) and autograded/")
     gr.add_argument("--workers", type=int, default=os.cpu_count() or 1)
     gr.add_argument("--timeout", type=float, default=60.0, help="seconds per cell (default 60)")
     gr.add_argument("--notebook-timeout", type=float, default=300.0, help="seconds per notebook (default 300)")
@@ -144,11 +176,46 @@ def main(argv=None) -> int:
                        help="grade only the students whose status is not graded or tampered (or who have no row)")
     gr.add_argument("--gradebook", metavar="PATH",
                     help="also record every submission in this nbgrader gradebook database (sqlite file)")
+    gr.add_argument("--roster", metavar="CSV",
+                    help="every student of this roster gets a row (nbgrader's id,first_name,... or Canvas's export)")
+    gr.add_argument("--due", metavar="TIME", help="due date, e.g. '2026-10-01 17:00 UTC' (default: the gradebook's)")
+    gr.add_argument("--extensions", metavar="CSV", help="per-student extensions: student,assignment,hours")
+    gr.add_argument("--late-penalty", default="none", metavar="RATE",
+                    help="none (default), or a rate per started hour or day late: 10%%/day, 2%%/hour")
+    gr.add_argument("--late-cutoff", metavar="DURATION", help="no points when later than this, e.g. 72h or 3d")
     gr.add_argument("--scheduler", metavar="ADDRESS",
                     help="run phase 1 on the workers of this Dask cluster (e.g. tcp://10.0.0.5:8786)")
+    co = sub.add_parser("course", help="create or update an nbgrader course folder for a term")
+    co.add_argument("folder")
+    co.add_argument("--exchange", required=True, help="nbgrader's exchange folder, e.g. /srv/nbgrader/exchange")
+    co.add_argument("--course-id", default="llmarch")
+    co.add_argument("--roster", metavar="CSV", help="students: nbgrader's id,first_name,last_name,email or Canvas's export")
+    co.add_argument("--due", action="append", default=[], metavar="ASSIGNMENT=TIME")
+    co.add_argument("--assignment", action="append", default=[], help="only these assignments (repeatable)")
+    ex = sub.add_parser("export", help="the term's grades, one row per student, for a learning-management system")
+    ex.add_argument("--course", metavar="DIR", help="the course folder (its gradebook.db)")
+    ex.add_argument("--gradebook", metavar="PATH")
+    ex.add_argument("--to", required=True, metavar="CSV")
+    form = ex.add_mutually_exclusive_group()
+    form.add_argument("--canvas", metavar="ROSTER_CSV", help="Canvas's import format, from Canvas's gradebook export")
+    form.add_argument("--moodle", action="store_true", help="Moodle's grade import format")
     args = parser.parse_args(argv)
     if args.command == "generate":
         generate(args.assignments)
+        return 0
+    if args.command == "course":
+        from autograder.course import build
+
+        build(Path(args.folder), Path(args.exchange), args.course_id, Path(args.roster) if args.roster else None,
+              args.due, args.assignment)
+        return 0
+    if args.command == "export":
+        from autograder.export import export
+
+        if not (args.gradebook or args.course):
+            raise SystemExit("export: give --course DIR or --gradebook PATH")
+        export(Path(args.gradebook) if args.gradebook else Path(args.course) / "gradebook.db", Path(args.to),
+               Path(args.canvas) if args.canvas else None, args.moodle)
         return 0
     return grade(args)
 

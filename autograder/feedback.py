@@ -24,6 +24,8 @@ STATUS_TEXT = {
                     "told and will grade it again.",
 }
 
+HASHED = re.compile(r"-[0-9a-f]{10}$")  # the ending folder_name gives to names it changed
+
 _STYLE = """
 body { font-family: system-ui, sans-serif; max-width: 52rem; margin: 2rem auto; line-height: 1.45; color: #222; }
 table { border-collapse: collapse; width: 100%; } td, th { border-bottom: 1px solid #ddd; padding: .4rem; text-align: left; vertical-align: top; }
@@ -65,13 +67,16 @@ def render(result, assignment: str, max_score: float) -> str:
 
 
 def folder_name(student: str) -> str:
-    """A file-system-safe, unique folder name for a student name (which comes from a file name a student chose):
-    only ``A-Z a-z 0-9 . _ -``, no leading dot, at most 80 characters, and a short hash of the name whenever
-    anything had to change. ``folder_name("alice")`` -> ``"alice"``; ``folder_name("../x")`` -> ``"_.._x-…"``."""
+    """A file-system-safe, distinct and stable id for a student name (which comes from a file name a student
+    chose): only ``A-Z a-z 0-9 . _ -``, no leading dot, at most 91 characters. A name that is already safe
+    keeps itself, unless it ends like a hashed id (``-`` and 10 hex digits); every other name gets the safe
+    part and ``-`` and the first 10 hex digits of the SHA-256 of the name. So no name can take another's id:
+    ``folder_name("alice")`` -> ``"alice"``; ``folder_name("../x")`` -> ``"_.._x-…"``; and
+    ``folder_name("_.._x-…")`` gets a hash of its own."""
     safe = re.sub(r"[^A-Za-z0-9._-]", "_", student)[:80]
     if safe.startswith("."):
         safe = "_" + safe[:79]
-    if safe != student or not safe:
+    if safe != student or not safe or HASHED.search(student):
         safe += "-" + hashlib.sha256(student.encode("utf-8", "surrogateescape")).hexdigest()[:10]
     return safe
 

@@ -12,7 +12,7 @@ gradebook, the CSV and the feedback files. Every submission ends in exactly one 
 ``crashed``          the notebook process died (a signal, ``os._exit``, ...); checks captured before it count
 ``invalid-notebook`` the file is not a readable notebook (not UTF-8, not JSON, not the Jupyter format, a broken or
                      encrypted zip, a symbolic link)
-``missing``          no notebook with the expected name was submitted
+``missing``          no notebook with the expected name was submitted, or (a student of the roster) nothing at all
 ``grader-error``     the grader itself failed on this submission; the detail names the cause
 
 Statuses come only from what the grader observed from outside the sandbox (its own kills, the cgroup's OOM

@@ -221,14 +221,17 @@ def test_class_report_in_a_browser(tmp_path):
         page.on("request", lambda r: requests.append(r.url))
         page.goto((out / "report.html").as_uri())
         headings = page.locator("h2").all_inner_texts()
-        assert headings == ["Statuses", "Scores", "Test cells", "Slowest submissions", "Submissions that hit a limit"]
+        assert headings == ["Statuses", "Scores", "Students", "Test cells", "Failures by cell", "Late submissions",
+                            "Slowest submissions", "Submissions that hit a limit"]
         svg = page.locator("figure svg")
         assert svg.count() == 1 and svg.bounding_box()["height"] > 100  # the histogram is drawn
         tables = page.locator("table").all_inner_texts()
         assert "graded\t2" in tables[0] and "timeout\t1" in tables[0]
-        assert "test_softmax_examples\t1\t0.67\t67%" in tables[1]  # 2 of 3 got it
-        assert tables[2].splitlines()[1].startswith("slowpoke")
-        assert "slowpoke\ttimeout" in tables[3]
+        assert "test_softmax_examples\t1\t0.67\t67%" in tables[2]  # 2 of 3 got it
+        failures = {line.split("\t")[0]: line for line in tables[3].splitlines()[1:]}
+        assert "bob" in failures["test_softmax_examples"] and "alice" not in failures["test_softmax_examples"]
+        assert tables[5].splitlines()[1].startswith("slowpoke")
+        assert "slowpoke\ttimeout" in tables[6]
         shots = ROOT / "_build" / "screenshots"
         shots.mkdir(parents=True, exist_ok=True)
         page.screenshot(path=str(shots / "grader-report.png"), full_page=True)

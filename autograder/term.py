@@ -1,0 +1,229 @@
+"""The grader inside an nbgrader term: the course folder's layout, its roster, and submission times.
+
+nbgrader's ``collect`` leaves ``submitted/<student>/<assignment>/`` with the notebooks, ``timestamp.txt``
+and ``submission_secret.txt``. Here only ``<student>/<assignment>/`` is read for an assignment: a student
+whose folder holds other assignments only is ``missing``, never graded from another assignment's notebook.
+The roster (the gradebook's students, and/or a roster CSV) gives every student a row: a student with no
+submission is ``missing``, with nothing left to grade by hand.
+
+Example::
+
+    python -m autograder grade ps1-attention --course course/     # course/submitted, course/gradebook.db
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+import re
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from pathlib import Path
+
+from autograder import assignments
+from autograder.intake import CANVAS_NAME, Submission, student_name
+from autograder.lateness import parse_time
+
+CARRIED_FILES = ("timestamp.txt", "submission_secret.txt")  # nbgrader's files that autograded/ must keep
+MAX_SMALL_FILE = 4096
+
+
+@dataclass
+class Term:
+    """What the grader knows of the term for one assignment: each submission's time and LMS id, the roster,
+    due date and extensions. Every field may be empty (a plain folder of submissions, no gradebook)."""
+
+    submitted_at: dict[str, datetime] = field(default_factory=dict)
+    late_flag: set[str] = field(default_factory=set)  # Canvas's _late marker
+    lms_ids: dict[str, str] = field(default_factory=dict)  # student -> the LMS's user id
+    roster: list[str] = field(default_factory=list)
+    due: datetime | None = None
+    extensions: dict[str, timedelta] = field(default_factory=dict)
+    course_id: str = ""
+    submitted_from: dict[str, Path] = field(default_factory=dict)  # student -> submitted/<student>/<assignment>
+    ids: dict[str, str] = field(default_factory=dict)  # student -> nbgrader id, where it is not folder_name's
+    absent: list[str] = field(default_factory=list)  # on the roster or in submitted/, without this assignment
+    recorded: set[str] | None = None  # ids with a submission in the gradebook (None: no gradebook)
+
+    def student_id(self, student: str) -> str:
+        """The student's distinct, stable id in feedback/, grades.csv and the gradebook: nbgrader's own id
+        (the folder name in submitted/) in a course folder, else ``feedback.folder_name``."""
+        from autograder.feedback import folder_name
+
+        return self.ids.get(student) or folder_name(student)
+
+
+def is_nbgrader_layout(folder: Path) -> bool:
+    """The layout of nbgrader's ``submitted/``: the folder sits in a course folder (``nbgrader_config.py`` beside
+    it), or some ``<student>/<assignment>/`` of a known assignment holds nbgrader's ``timestamp.txt`` (a student's
+    own sub-folder named like an assignment, in an LMS's export, does not count)."""
+    if (folder.parent / "nbgrader_config.py").exists():
+        return True
+    try:
+        students = [e for e in os.scandir(folder) if e.is_dir(follow_symlinks=False)]
+    except OSError:
+        return False
+    return any((Path(student.path) / name / "timestamp.txt").is_file()
+               for student in students for name in assignments.ASSIGNMENTS)
+
+
+def _small_text(path: Path) -> str | None:
+    """A small regular file's text (no links followed), or None."""
+    try:
+        if path.is_symlink() or not path.is_file() or path.stat().st_size > MAX_SMALL_FILE:
+            return None
+        return path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return None
+
+
+def nbgrader_submissions(folder: Path, assignment: str) -> tuple[dict[str, Submission], dict[str, datetime],
+                                                                   list[str], list[str]]:
+    """From nbgrader's ``submitted/``: student -> ``<student>/<assignment>/`` (only that folder), each one's
+    time from its ``timestamp.txt``, the students whose folder lacks this assignment, and warnings."""
+    found, times, absent, warnings = {}, {}, [], []
+    try:
+        entries = sorted(os.scandir(folder), key=lambda e: e.name)
+    except OSError as err:
+        raise SystemExit(f"cannot read the submissions folder {folder}: {err.strerror or err} (in a course folder, "
+                         f"run `nbgrader collect {assignment}` first)") from None
+    for entry in entries:
+        name = student_name(entry.name)
+        if not entry.is_dir(follow_symlinks=False):
+            warnings.append(f"{name}: ignored, not a student folder of nbgrader's submitted/ layout")
+            continue
+        path = Path(entry.path) / assignment
+        if path.is_symlink():
+            found[name] = Submission(path, "link", f"{assignment}/ of {name} is a symbolic link; the grader never "
+                                                   "follows links")
+        elif path.is_dir():
+            found[name] = Submission(path, "folder")
+            stamp = _small_text(path / "timestamp.txt")
+            if stamp is not None and stamp.strip():
+                try:
+                    times[name] = parse_time(stamp, f"{name}/{assignment}/timestamp.txt")
+                except ValueError as err:
+                    warnings.append(f"{err}; the submission is graded without a time")
+        else:
+            absent.append(name)
+    return found, times, absent, warnings
+
+
+def canvas_details(submissions: dict[str, Submission]) -> tuple[dict[str, str], set[str]]:
+    """Canvas's user id and ``_late`` marker from the names of Canvas files
+    (``<name>[_late]_<userid>_<submissionid>_<file>.ipynb``)."""
+    ids, late = {}, set()
+    for student, submission in submissions.items():
+        if submission.kind != "file":
+            continue
+        match = CANVAS_NAME.match(submission.path.name)
+        if match:
+            ids[student] = match["user"]
+            if re.match(rf"^{re.escape(match['name'])}_late_", submission.path.name, re.IGNORECASE):
+                late.add(student)
+    return ids, late
+
+
+def read_roster(path: Path) -> tuple[list[str], dict[str, dict[str, str]]]:
+    """A roster CSV: nbgrader's (``id,first_name,last_name,email``, as ``nbgrader db student import`` reads it)
+    or Canvas's gradebook export (``Student,ID,SIS User ID,SIS Login ID,Section``, where the student id is the
+    SIS Login ID). -> the ids in order, and id -> the row."""
+    try:
+        with open(path, newline="", encoding="utf-8-sig") as f:
+            rows = list(csv.DictReader(f))
+    except OSError as err:
+        raise SystemExit(f"--roster {path}: {err.strerror or err}") from None
+    if not rows:
+        raise SystemExit(f"--roster {path}: no students")
+    key = "id" if "id" in rows[0] else "SIS Login ID" if "SIS Login ID" in rows[0] else None
+    if key is None:
+        raise SystemExit(f"--roster {path}: needs a column 'id' (nbgrader) or 'SIS Login ID' (Canvas)")
+    table = {}
+    for line, row in enumerate(rows, start=2):
+        if "Points Possible" in (row.get("Student") or ""):
+            continue  # Canvas's second header row
+        student = (row.get(key) or "").strip()
+        if not student:
+            raise SystemExit(f"--roster {path}, line {line}: the column {key!r} is empty")
+        if student in table:
+            raise SystemExit(f"--roster {path}, line {line}: {student!r} is listed twice")
+        table[student] = row
+    return list(table), table
+
+
+def carry_files(submitted: Path, autograded: Path) -> None:
+    """Copy nbgrader's ``timestamp.txt`` and ``submission_secret.txt`` (small, no links) into
+    ``autograded/<student>/<assignment>/``: ``generate_feedback`` and ``release_feedback`` read them there."""
+    for name in CARRIED_FILES:
+        text = _small_text(submitted / name)
+        if text is not None:
+            (autograded / name).write_text(text, encoding="utf-8")
+
+
+def gradebook_roster(path: Path) -> tuple[list[str], dict[str, str], str]:
+    """The students of an existing gradebook, LMS user id -> student id, and the course id (nothing when there
+    is no gradebook yet)."""
+    from autograder.gradebook import course_id_of, open_gradebook
+
+    if not path.exists():
+        return [], {}, ""
+    with open_gradebook(path) as gradebook:
+        students = gradebook.students
+        return ([s.id for s in students], {s.lms_user_id: s.id for s in students if s.lms_user_id},
+                course_id_of(path))
+
+
+def gradebook_assignment(path: Path, assignment: str) -> tuple[datetime | None, set[str]]:
+    """The assignment's due date in the gradebook and the ids of the students with a submission of it."""
+    from nbgrader.api import MissingEntry
+
+    from autograder.gradebook import open_gradebook
+
+    if not path.exists():
+        return None, set()
+    with open_gradebook(path) as gradebook:
+        try:
+            found = gradebook.find_assignment(assignment)
+        except MissingEntry:
+            return None, set()
+        return found.duedate, {s.student.id for s in found.submissions}
+
+
+def gather(folder: Path, assignment: str, notebook: str, out: Path, gradebook: Path | None,
+           roster_csv: Path | None, extensions_csv: Path | None, due: str | None):
+    """Every submission of ``assignment`` in ``folder`` (nbgrader's layout or an LMS's), and the ``Term``:
+    times, LMS ids, roster (gradebook's and CSV's), the students without a submission, the due date (``due``,
+    else the gradebook's) and extensions. -> (submissions, term, warnings)."""
+    from autograder.intake import find_submissions
+    from autograder.lateness import read_extensions
+
+    term = Term()
+    if is_nbgrader_layout(folder):
+        submissions, term.submitted_at, absent, warnings = nbgrader_submissions(folder, assignment)
+        term.submitted_from = {s: sub.path for s, sub in submissions.items() if sub.kind == "folder"}
+        term.ids = {s: s for s in [*submissions, *absent] if "/" not in s and s.isprintable()}
+    else:
+        submissions, warnings = find_submissions(folder, notebook, exclude=out)
+        absent = []
+        term.lms_ids, term.late_flag = canvas_details(submissions)
+    if gradebook is not None:
+        term.roster, by_lms_id, term.course_id = gradebook_roster(gradebook)
+        # a Canvas file names the student's Canvas user id: the gradebook's student with that id is the student
+        term.ids.update({s: by_lms_id[i] for s, i in term.lms_ids.items() if i in by_lms_id})
+        gradebook_due, term.recorded = gradebook_assignment(gradebook, assignment)
+        if due is None:
+            term.due = gradebook_due
+    if roster_csv is not None:
+        ids, _ = read_roster(roster_csv)
+        term.roster += [s for s in ids if s not in term.roster]
+    if due is not None:
+        try:
+            term.due = parse_time(due, "--due")
+        except ValueError as err:
+            raise SystemExit(str(err)) from None
+    if extensions_csv is not None:
+        term.extensions = read_extensions(extensions_csv, assignment)
+    known = {term.student_id(s) for s in submissions}
+    term.absent = sorted({s for s in [*absent, *term.roster] if s not in submissions and s not in known})
+    term.ids.update({s: s for s in term.roster if s not in submissions})
+    return submissions, term, warnings
