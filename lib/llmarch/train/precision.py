@@ -153,7 +153,7 @@ _STRATEGIES = ("none", "ddp", "zero1", "zero2", "zero3", "fsdp")
 
 
 def memory_budget(config, batch: int, seq: int, precision: str = "fp32", parallelism: str = "none",
-                  world_size: int = 1, checkpointing: bool = False) -> MemoryBudget:
+                  world_size: int = 1, checkpointing: bool = False, mask_bytes: int = 1) -> MemoryBudget:
     """Training memory of a GPT (``config``: a ``GPTConfig`` with the MLP feed-forward) per rank, in bytes.
 
     Book: Training at scale, "Where the memory goes".
@@ -169,10 +169,12 @@ def memory_budget(config, batch: int, seq: int, precision: str = "fp32", paralle
     mixed precision, 4 in fp32), the saved tensors are the two norms' inputs ``2e sbh``, the QKV input
     ``e sbh``, Q and K ``2e sbh``, V ``e sbh``, the softmax output ``e as^2b``, the output projection's input
     ``e sbh``, the FFN input ``e sbh``, the GELU input and output ``2e sbf``; with dropout, also its masks
-    (1 byte each: ``as^2b + 2sbh``) and the dropped-out attention weights ``e as^2b``. With
+    (``mask_bytes`` each: ``as^2b + 2sbh``) and the dropped-out attention weights ``e as^2b``. With
     ``e = 2``, ``f = 4h`` and dropout this is the paper's ``sbh (34 + 5as/h)``. Checkpointing keeps one
     block input ``e sbh`` per layer plus one layer's activations during its recomputation. Small terms are
     left out (the norms' mean and 1/std per position, the causal mask, embeddings and the output layer).
+    ``mask_bytes``: 1 for boolean dropout masks (CUDA's fused dropout); torch's CPU dropout keeps its mask
+    in the activation dtype, so pass ``e`` there.
     """
     from llmarch.model import GPT, count_parameters  # lazy: the model is only needed for its count
 
@@ -195,7 +197,7 @@ def memory_budget(config, batch: int, seq: int, precision: str = "fp32", paralle
     s, b, h, a, f = seq, batch, config.d_model, config.n_heads, config.ffn_hidden
     per_layer = e * (8 * s * b * h + a * s * s * b + 2 * s * b * f)
     if config.dropout > 0:
-        per_layer += a * s * s * b + 2 * s * b * h + e * a * s * s * b
+        per_layer += mask_bytes * (a * s * s * b + 2 * s * b * h) + e * a * s * s * b
     activations = config.n_layers * (e * s * b * h) + per_layer if checkpointing else config.n_layers * per_layer
     return MemoryBudget(
         params=weight_bytes * n_params // by_params,
