@@ -244,13 +244,16 @@ def train_step(model: nn.Module, optimizer: torch.optim.Optimizer,
                          "underflow without one")
     device_type = next(model.parameters()).device.type
     total = 0.0
-    for x, y in micro_batches:
-        with _autocast(precision, device_type):
-            logits = model(x)
-        if logits.dtype in (torch.float16, torch.bfloat16):  # the loss in fp32: a 16-bit log-softmax loses digits
-            logits = logits.float()
-        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1)) / len(micro_batches)
-        (scaler.scale(loss) if scaler is not None else loss).backward()
+    for index, (x, y) in enumerate(micro_batches):
+        last = index == len(micro_batches) - 1
+        # a data-parallel wrapper communicates once, after the last micro-batch
+        with nullcontext() if last or not hasattr(model, "no_sync") else model.no_sync():
+            with _autocast(precision, device_type):
+                logits = model(x)
+            if logits.dtype in (torch.float16, torch.bfloat16):  # the loss in fp32: 16 bits lose digits
+                logits = logits.float()
+            loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1)) / len(micro_batches)
+            (scaler.scale(loss) if scaler is not None else loss).backward()
         total += loss.item()
     if hasattr(model, "finish_gradient_synchronization"):
         model.finish_gradient_synchronization()
