@@ -7,6 +7,7 @@ that the tests below check. Tolerances: Adam divides by sqrt(v), so a gradient t
 float32 bits (the ranks sum in another order) moves a weight by up to ~1e-5 after a few steps of lr 1e-2.
 torch's oracles run with 2 processes only, to keep the file fast."""
 
+import numpy as np
 import pytest
 import torch
 import torch.distributed as dist
@@ -214,3 +215,21 @@ def test_simulated_pipeline_schedules_have_the_bubble_of_the_formula(p, m):
         assert schedule.makespan == pytest.approx((m + p - 1) * 3.0)
     assert gpipe.peak_in_flight == [m] * p
     assert one_f_one_b.peak_in_flight == [min(p - s, m) for s in range(p)]
+
+
+@pytest.mark.parametrize("world,n", [(2, 6), (3, 7), (4, 4), (5, 3)])
+def test_ring_simulation_reduces_to_the_sum_and_each_rank_owns_its_chunk(world, n):
+    from llmarch.parallel.ring import chunk_slices, ring_all_reduce, ring_reduce_scatter
+
+    x = np.random.default_rng(world).normal(size=(world, n))
+    np.testing.assert_allclose(ring_all_reduce(x), np.broadcast_to(x.sum(0), x.shape), rtol=1e-12, atol=1e-12)
+    scattered = ring_reduce_scatter(x)
+    for r, owned in enumerate(chunk_slices(n, world)[1:] + chunk_slices(n, world)[:1]):
+        np.testing.assert_allclose(scattered[r, owned], x[:, owned].sum(0), rtol=1e-12, atol=1e-12)
+
+
+def test_ring_bytes_sent():
+    from llmarch.parallel.ring import ring_bytes_sent
+
+    assert ring_bytes_sent(1000, 4, "all_reduce") == 1500 and ring_bytes_sent(1000, 4, "all_gather") == 750
+    assert ring_bytes_sent(1000, 1, "reduce_scatter") == 0

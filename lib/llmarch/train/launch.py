@@ -93,12 +93,13 @@ def train_gpt(rank: int, world_size: int, args: argparse.Namespace) -> list[dict
     model = GPT(GPTConfig(vocab_size=vocab_size, context_length=args.context, d_model=args.d_model,
                           n_layers=args.layers, n_heads=args.heads))
     groups = weight_decay_groups(model, args.weight_decay)
-    if args.strategy == "fsdp":  # the shards replace the matrices: decay them, not the replicated vectors
+    if args.strategy == "fsdp":  # a shard "x.weight_shard" replaces "x.weight" and keeps its group
+        decayed = set(groups[0]["names"])
         model = FSDP(model, compute_dtype={"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}[args.precision])
-        params = [p for p in model.parameters() if p.requires_grad]
-        matrices = [p for p in params if any(p is s.shard for s in model.sharded.values())]
-        groups = [{"params": matrices, "weight_decay": args.weight_decay},
-                  {"params": [p for p in params if all(p is not m for m in matrices)], "weight_decay": 0.0}]
+        named = [(n.removeprefix("module.").replace(".weight_shard", ".weight"), p)
+                 for n, p in model.named_parameters() if p.requires_grad]
+        groups = [{"params": [p for n, p in named if n in decayed], "weight_decay": args.weight_decay},
+                  {"params": [p for n, p in named if n not in decayed], "weight_decay": 0.0}]
     elif args.strategy in ("ddp", "zero1"):
         model = DDP(model)
     optimizer = (ShardedOptimizer(groups, AdamW, lr=args.max_lr, betas=(0.9, 0.95)) if args.strategy == "zero1"

@@ -14,7 +14,7 @@ import torch.distributed as dist
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-__all__ = ["LossScaler", "checkpoint_blocks", "saved_tensor_bytes", "MemoryBudget", "memory_budget"]
+__all__ = ["LossScaler", "checkpoint_blocks", "saved_tensor_bytes", "MemoryBudget", "memory_budget", "model_state_bytes"]
 
 
 class LossScaler:
@@ -149,7 +149,29 @@ class MemoryBudget:
         return self.params + self.grads + self.optimizer + self.activations
 
 
-_STRATEGIES = ("none", "ddp", "zero1", "zero2", "zero3", "fsdp")
+_ZERO_STAGE = {"none": 0, "ddp": 0, "zero1": 1, "zero2": 2, "zero3": 3, "fsdp": 3}
+
+
+def model_state_bytes(n_params: int, world_size: int = 1, stage: int = 0, weight_bytes: int = 2,
+                      grad_bytes: int = 2, state_bytes: int = 12) -> tuple[float, float, float]:
+    """Bytes per rank of the weights, gradients and optimiser states of ``n_params`` parameters under ZeRO
+    ``stage`` over ``world_size`` ranks (Rajbhandari et al., 2020, §5): stage 0 (DDP) divides nothing, 1 the
+    optimiser states, 2 also the gradients, 3 also the weights. Defaults: mixed-precision Adam, ``2 + 2 + 12``
+    bytes (``K = 12``: fp32 master weights, m and v).
+
+    Book: Training at scale, "Data parallelism, ZeRO and FSDP".
+
+    >>> [sum(model_state_bytes(7.5e9, 64, stage)) / 1e9 for stage in (0, 3)]
+    [120.0, 1.875]
+    """
+    if stage not in (0, 1, 2, 3):
+        raise ValueError(f"stage must be 0, 1, 2 or 3, got {stage}")
+    if world_size < 1:
+        raise ValueError(f"world_size must be >= 1, got {world_size}")
+    weights = weight_bytes * n_params / (world_size if stage >= 3 else 1)
+    grads = grad_bytes * n_params / (world_size if stage >= 2 else 1)
+    states = state_bytes * n_params / (world_size if stage >= 1 else 1)
+    return weights, grads, states
 
 
 def memory_budget(config, batch: int, seq: int, precision: str = "fp32", parallelism: str = "none",
@@ -180,8 +202,8 @@ def memory_budget(config, batch: int, seq: int, precision: str = "fp32", paralle
 
     if precision not in ("fp32", "bf16", "fp16"):
         raise ValueError(f"precision must be 'fp32', 'bf16' or 'fp16', got {precision!r}")
-    if parallelism not in _STRATEGIES:
-        raise ValueError(f"parallelism must be one of {_STRATEGIES}, got {parallelism!r}")
+    if parallelism not in _ZERO_STAGE:
+        raise ValueError(f"parallelism must be one of {tuple(_ZERO_STAGE)}, got {parallelism!r}")
     if getattr(config, "ffn", "mlp") != "mlp":
         raise ValueError(f"memory_budget counts the MLP feed-forward only, got ffn={config.ffn!r}")
     if world_size < 1 or batch < 1 or seq < 1:
@@ -189,10 +211,8 @@ def memory_budget(config, batch: int, seq: int, precision: str = "fp32", paralle
     with torch.device("meta"):
         n_params = count_parameters(GPT(config))
     mixed = precision != "fp32"
-    weight_bytes, grad_bytes, state_bytes = (2, 2, 12) if mixed else (4, 4, 8)
-    divide = {"none": (1, 1, 1), "ddp": (1, 1, 1), "zero1": (1, 1, world_size),
-              "zero2": (1, world_size, world_size), "zero3": (world_size,) * 3, "fsdp": (world_size,) * 3}
-    by_params, by_grads, by_states = divide[parallelism]
+    per_param = (2, 2, 12) if mixed else (4, 4, 8)
+    weights, grads, states = model_state_bytes(n_params, world_size, _ZERO_STAGE[parallelism], *per_param)
     e = 2 if mixed else 4
     s, b, h, a, f = seq, batch, config.d_model, config.n_heads, config.ffn_hidden
     per_layer = e * (8 * s * b * h + a * s * s * b + 2 * s * b * f)
@@ -200,9 +220,9 @@ def memory_budget(config, batch: int, seq: int, precision: str = "fp32", paralle
         per_layer += mask_bytes * (a * s * s * b + 2 * s * b * h) + e * a * s * s * b
     activations = config.n_layers * (e * s * b * h) + per_layer if checkpointing else config.n_layers * per_layer
     return MemoryBudget(
-        params=weight_bytes * n_params // by_params,
-        grads=grad_bytes * n_params // by_grads,
-        optimizer=state_bytes * n_params // by_states,
+        params=int(weights),
+        grads=int(grads),
+        optimizer=int(states),
         activations=activations,
         activations_per_layer=per_layer,
     )
