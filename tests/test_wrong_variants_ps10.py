@@ -14,7 +14,7 @@ import test_wrong_variants as base
 from autograder import assignments
 from autograder.__main__ import main as grader_main
 from autograder.sandbox import bubblewrap_available
-from submissions import write
+from submissions import release, submission, write
 
 PS10 = "ps10-parallel"
 ALL_REDUCE = {"test_all_reduce"}
@@ -87,8 +87,8 @@ def zero_memory(n_params, world_size, stage, k=12):
     states = {k} * n_params / (world_size if stage >= 1 else 1)
     return float(weights + grads + states)
 """, weights="3", grads="2", k="k")
-base.variant(PS10, "ZeRO-2 divides the weights, not the gradients", "zero_memory", {"test_zero_memory"},
-             zero_with(weights="2", grads="3"))
+base.variant(PS10, "ZeRO-2 also divides the weights", "zero_memory", {"test_zero_memory"}, zero_with(weights="2"))
+base.variant(PS10, "ZeRO-1 also divides the gradients", "zero_memory", {"test_zero_memory"}, zero_with(grads="1"))
 base.variant(PS10, "ZeRO-3 keeps the weights whole", "zero_memory", {"test_zero_memory"}, zero_with(weights="4"))
 base.variant(PS10, "optimiser state fixed at 12 bytes (k ignored)", "zero_memory", {"test_zero_memory"},
              zero_with(k="12"))
@@ -218,3 +218,18 @@ def test_twenty_copies_get_identical_rows_through_the_command_line(tmp_path):
     assert len(rows) == 20 and all(row == rows[0] for row in rows), rows
     assert rows[0]["status"] == "graded", rows[0]
     assert {gid for gid in assignments.load(PS10).CHECKS if float(rows[0][gid]) == 0} == v.loses
+
+
+@pytest.mark.skipif(not bubblewrap_available(), reason="bubblewrap (Debian package) is not installed")
+def test_the_solution_scores_full_marks_and_the_release_zero_through_the_command_line(tmp_path):
+    notebook = base._notebook_name(PS10)
+    write(submission(PS10, notebook), tmp_path / "subs" / "solved", notebook)
+    write(release(PS10, notebook), tmp_path / "subs" / "untouched", notebook)
+    out = tmp_path / "out"
+    assert grader_main(["grade", PS10, str(tmp_path / "subs"), "--out", str(out), "--workers", "2",
+                        "--timeout", "10"]) == 0
+    with open(out / "grades.csv", newline="") as f:
+        rows = {r["student"]: r for r in csv.DictReader(f)}
+    assert rows["solved"]["status"] == "graded" and rows["solved"]["score"] == "16"  # + 2 written, by hand
+    assert float(rows["solved"]["max_score"]) == 16 + float(rows["solved"]["manual_pending"])
+    assert rows["untouched"]["status"] == "graded" and rows["untouched"]["score"] == "0"
