@@ -135,3 +135,33 @@ def test_saved_tensor_bytes_counts_a_shared_storage_once():
     x = torch.randn(100, requires_grad=True)
     _, n = saved_tensor_bytes(lambda t: (t * t).sum(), x)  # mul saves x twice (as both factors)
     assert n == 400
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("dropout", [0.0, 0.1])
+def test_memory_budget_activations_match_cuda_allocations(dropout):
+    """On a GPU: the bytes allocated by the forward pass of a bf16 block (what stays alive for the backward)
+    against the formula with CUDA's 1-byte dropout masks; the caching allocator rounds each block up to
+    512 bytes, hence 2% plus the small terms."""
+    b, s, h, a = 4, 512, 256, 4
+    block = ReferenceBlock(h, a, dropout).to("cuda", torch.bfloat16)
+    x = torch.randn(b, s, h, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    torch.cuda.synchronize()
+    before = torch.cuda.memory_allocated()
+    out = block(x)
+    torch.cuda.synchronize()
+    kept = torch.cuda.memory_allocated() - before - out.numel() * out.element_size() + x.numel() * 2  # + input
+    config = GPTConfig(vocab_size=10, context_length=s, d_model=h, n_layers=1, n_heads=a, dropout=dropout)
+    expected = memory_budget(config, b, s, "bf16").activations_per_layer
+    small_terms = 2 * 2 * b * s * 4 + s * s
+    assert expected * 0.98 <= kept <= expected * 1.02 + small_terms, (kept, expected)
+
+
+@pytest.mark.cuda
+def test_bf16_autocast_training_runs_on_cuda():
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(vocab_size=11, context_length=8, d_model=16, n_layers=1, n_heads=2)).cuda()
+    opt = AdamW(model.parameters(), lr=1e-2)
+    x = torch.randint(0, 11, (4, 8), device="cuda")
+    losses = [train_step(model, opt, [(x, x)], precision="bf16").loss for _ in range(10)]
+    assert all(p.dtype == torch.float32 for p in model.parameters()) and losses[-1] < 0.7 * losses[0]

@@ -95,7 +95,7 @@ class FSDP(nn.Module):
             raise ValueError(f"compute_dtype must be None, float32, bfloat16 or float16, got {compute_dtype}")
         broadcast_module(module)
         self.module, self.compute_dtype = module, compute_dtype
-        self.full_names = [name for name, _ in module.named_parameters(remove_duplicate=False)]
+        self.state_names = list(module.state_dict())  # tied weights under each name, persistent buffers
         self.sharded: dict[str, _ShardedWeight] = {}  # module path -> its sharded weight
         by_param: dict[int, _ShardedWeight] = {}
         for path, sub in module.named_modules():
@@ -163,8 +163,9 @@ class FSDP(nn.Module):
 
     @torch.no_grad()
     def gather_full_params(self) -> dict[str, torch.Tensor]:
-        """The wrapped model's parameters by their original names (tied ones under each name), full and in
-        float32, identical on every rank: load them into an unsharded copy or save them as a checkpoint."""
+        """The wrapped model's full state dict as it was before sharding (the same keys: tied weights under
+        each name, persistent buffers), the matrices gathered in float32, identical on every rank:
+        ``unsharded.load_state_dict(fsdp.gather_full_params())`` or a checkpoint."""
         gathered: dict[int, torch.Tensor] = {}
         for sharded in self.sharded.values():
             if id(sharded) not in gathered:
@@ -172,12 +173,13 @@ class FSDP(nn.Module):
                 dist.all_gather_single(full, sharded.shard.detach())
                 gathered[id(sharded)] = full[:sharded.numel].view(sharded.shape).clone()
         result = {}
-        for name in self.full_names:
+        for name in self.state_names:
             path, _, leaf = name.rpartition(".")
             if leaf == "weight" and path in self.sharded:
                 result[name] = gathered[id(self.sharded[path])]
             else:
-                result[name] = self.module.get_parameter(name).detach().clone()
+                owner = self.module.get_submodule(path)
+                result[name] = getattr(owner, leaf).detach().clone()
         return result
 
     def rank_bytes(self) -> dict[str, int]:
