@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 import torch
 import torch.distributed as dist
+import torch.nn.functional as F
 
 from llmarch.model import GPT, GPTConfig
 from llmarch.optim import AdamW
@@ -63,8 +64,12 @@ def _ddp(rank, world, reference):
     for step in range(STEPS):
         x, y = _local(step, rank, world)
         train_step(ddp, opt, list(zip(x.chunk(2), y.chunk(2))))
+    x, y = _local(0, rank, world)  # the hooks launch every bucket's all-reduce before the backward returns
+    F.cross_entropy(ddp(x).flatten(0, 1), y.flatten()).backward()
+    launched_in_backward = all(bucket.handle is not None for bucket in ddp.buckets)
+    ddp.finish_gradient_synchronization()
     weights = {k: v.detach() for k, v in model.named_parameters()}
-    return weights, {"ddp_buckets": len(ddp.buckets), "ddp_vs_single": _max_diff(weights, reference),
+    return weights, {"ddp_buckets": len(ddp.buckets), "ddp_launched_in_backward": launched_in_backward, "ddp_vs_single": _max_diff(weights, reference),
                      "ddp_frozen_unchanged": torch.equal(frozen, weights["pos_emb.weight"])
                      and model.pos_emb.weight.grad is None}
 
@@ -88,6 +93,8 @@ def _fsdp(rank, world, reference):
     model = _model(rank)
     model.pos_emb.weight.requires_grad_(False)
     fsdp = FSDP(model)
+    during = []  # inside w2's forward, only w2 is gathered: every earlier matrix was freed after its use
+    model.blocks[1].ffn.w2.register_forward_pre_hook(lambda m, args: during.append(fsdp.rank_bytes()["gathered"]))
     opt = AdamW([p for p in fsdp.parameters() if p.requires_grad], lr=1e-2)
     for step in range(STEPS):
         train_step(fsdp, opt, [_local(step, rank, world)])
@@ -96,7 +103,8 @@ def _fsdp(rank, world, reference):
             "fsdp_names": list(full) == list(_model(0).state_dict()),
             "fsdp_bytes": fsdp.rank_bytes(),
             "matrix_bytes": sum(p.numel() * 4 for p in _model(0).parameters() if p.dim() == 2),  # tied: once
-            "fsdp_sharded_modules": sorted(fsdp.sharded)}
+            "fsdp_sharded_modules": sorted(fsdp.sharded), "fsdp_gathered_in_w2": during,
+            "w2_bytes": fsdp.sharded["blocks.1.ffn.w2"].full.numel() * 4}
 
 
 def _torch_ddp(rank, world, ours):
@@ -156,7 +164,7 @@ def test_ddp_equals_one_process_on_the_concatenated_batches(results):
     for r in ranks:
         assert r["ddp_buckets"] > 3  # the tiny bucket size really splits the gradients
         assert r["ddp_vs_single"] < 5e-5
-        assert r["ddp_frozen_unchanged"]
+        assert r["ddp_frozen_unchanged"] and r["ddp_launched_in_backward"]
 
 
 def _torch_oracles(results):
@@ -188,6 +196,7 @@ def test_fsdp_equals_one_process_and_divides_the_matrices(results):
         padding = 4 * len(r["fsdp_sharded_modules"])  # at most world - 1 float32 zeros per matrix, /world
         assert 0 <= r["fsdp_bytes"]["shards"] - r["matrix_bytes"] / world <= padding
         assert r["fsdp_bytes"]["gathered"] == 0  # nothing left gathered after the step
+        assert r["fsdp_gathered_in_w2"] == [r["w2_bytes"]] * STEPS
 
 
 def test_fsdp_equals_torch_fully_shard(results):
