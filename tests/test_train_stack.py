@@ -121,8 +121,8 @@ def test_memmap_batches_read_windows_of_the_file_and_split_the_batch_over_ranks(
 def _run(model, optimizer, batches, steps, start=0):
     for step in range(start, steps):
         for group in optimizer.param_groups:
-            group["lr"] = cosine_schedule(step, 1e-2, 1e-3, 2, 6)
-        train_step(model, optimizer, [next(batches), next(batches)], grad_clip=1.0)
+            group["lr"] = cosine_schedule(step, 1e-2, 1e-3, 1, 4)
+        train_step(model, optimizer, [next(batches), next(batches)], grad_clip=1.0)  # 2 micro-batches
 
 
 def test_stopped_and_resumed_run_equals_uninterrupted_bit_for_bit(tmp_path):
@@ -130,22 +130,22 @@ def test_stopped_and_resumed_run_equals_uninterrupted_bit_for_bit(tmp_path):
 
     def fresh(seed):
         model = _model(seed, dropout=0.1)  # dropout: the torch RNG state must be restored too
-        return model, AdamW(weight_decay_groups(model, 0.1), lr=1e-2), MemmapBatches(tokens, 4, 8, seed=1)
+        return model, AdamW(weight_decay_groups(model, 0.1), lr=1e-2), MemmapBatches(tokens, 2, 8, seed=1)
 
     model, opt, batches = fresh(0)
-    _run(model, opt, batches, 6)
+    _run(model, opt, batches, 4)
     expected = {k: v.clone() for k, v in model.state_dict().items()}
 
     model, opt, batches = fresh(0)
-    _run(model, opt, batches, 3)
-    save_checkpoint(tmp_path / "ckpt.pt", model, opt, 3, batches=batches.state_dict())
+    _run(model, opt, batches, 2)
+    save_checkpoint(tmp_path / "ckpt.pt", model, opt, 2, batches=batches.state_dict())
     torch.manual_seed(123)  # the RNG moves on before the restart
     model, opt, batches = fresh(7)
     extra = {}
     step = load_checkpoint(tmp_path / "ckpt.pt", model, opt, extra)
     batches.load_state_dict(extra["batches"])
-    assert step == 3 and batches.position == 6
-    _run(model, opt, batches, 6, start=step)
+    assert step == 2 and batches.position == 4
+    _run(model, opt, batches, 4, start=step)
     for name, value in model.state_dict().items():
         assert torch.equal(value, expected[name]), name
 
