@@ -13,6 +13,7 @@ ASSIGNMENTS = {
     "ps7-modern": "autograder.assignments.ps7_modern",
     "ps8-objectives": "autograder.assignments.ps8_objectives",
     "ps9-data": "autograder.assignments.ps9_data",
+    "ps10-parallel": "autograder.assignments.ps10_parallel",
 }
 
 

@@ -20,7 +20,7 @@ from llmarch._checks import check_tensor, shape_str
 from llmarch.data import get_batch, sequential_batches, synthetic_corpus
 from llmarch.model import GPT, TINY_GPT_CHECKPOINT, tiny_gpt_config
 
-__all__ = ["lm_loss", "evaluate", "warmup_cosine_lr", "TrainResult", "train", "train_tiny_gpt"]
+__all__ = ["lm_loss", "evaluate", "warmup_cosine_lr", "TrainResult", "train", "train_tiny_gpt", "write_tiny_gpt_checkpoint"]
 
 
 def lm_loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
@@ -134,13 +134,9 @@ def train_tiny_gpt(steps: int = 1500, seed: int = 0):
     return model.eval()
 
 
-def main() -> None:
-    """``python -m llmarch.train``: retrain the tiny pretrained GPT and overwrite its checkpoint."""
+def write_tiny_gpt_checkpoint() -> None:
+    """``python -m llmarch.train`` (no arguments): retrain the tiny pretrained GPT and overwrite its checkpoint."""
     model = train_tiny_gpt()
     TINY_GPT_CHECKPOINT.parent.mkdir(parents=True, exist_ok=True)
     torch.save(model.state_dict(), TINY_GPT_CHECKPOINT)
     print(f"wrote {TINY_GPT_CHECKPOINT}")
-
-
-if __name__ == "__main__":
-    main()

@@ -1,0 +1,164 @@
+"""Trusted checks of ps10-parallel: fresh inputs for every hidden test cell, llmarch as the reference.
+
+The keys of ``CHECKS`` are the ``grade_id`` of the test cells in ``solutions/ps10-parallel/ps10-parallel.ipynb``.
+References: ``llmarch.parallel.ring`` (the ring collectives and their byte counts), ``llmarch.train.precision.
+model_state_bytes`` (the ZeRO table), ``llmarch.parallel.pipeline_schedule`` with unit forward and backward
+times (the GPipe grid) and ``llmarch.train.LossScaler`` driven by an optimiser whose gradients overflow on the
+given steps (the loss-scale trace). The bubble of an arbitrary grid is computed here from its definition.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+
+from autograder.checks import Case, Check
+from llmarch.parallel import pipeline_schedule
+from llmarch.parallel.ring import ring_all_gather, ring_all_reduce, ring_bytes_sent, ring_reduce_scatter
+from llmarch.train import LossScaler, model_state_bytes
+
+NOTEBOOK = "ps10-parallel.ipynb"
+TRUSTED_CALLABLES: dict = {}
+
+
+# --- references ---------------------------------------------------------------------------------------------
+
+
+def ref_zero_memory(n_params, world_size, stage, k=12):
+    return np.float64(sum(model_state_bytes(float(n_params), int(world_size), int(stage), 2, 2, float(k))))
+
+
+def ref_gpipe_schedule(p, m):
+    """The simulated GPipe schedule with forward = backward = 1 slot, as a grid of micro-batch labels."""
+    p, m = int(p), int(m)
+    schedule = pipeline_schedule(p, m, "gpipe", t_forward=1.0, t_backward=1.0)
+    grid = np.zeros((p, 2 * (m + p - 1)), dtype=np.int64)
+    for stage, ops in enumerate(schedule.timeline):
+        for start, _, label in ops:
+            grid[stage, int(start)] = (int(label[1:]) + 1) * (1 if label[0] == "F" else -1)
+    return grid
+
+
+def ref_pipeline_bubble(schedule):
+    busy = np.asarray(schedule) != 0
+    working = np.flatnonzero(busy.any(axis=0))
+    if working.size == 0:
+        return np.float64(0.0)
+    span = busy[:, : working[-1] + 1]
+    return np.float64(1.0 - span.sum() / span.size)
+
+
+def ref_loss_scale_trace(overflows, init_scale=65536.0, growth_factor=2.0, backoff_factor=0.5,
+                         growth_interval=2000):
+    scaler = LossScaler(float(init_scale), float(growth_factor), float(backoff_factor), int(growth_interval))
+    weight = torch.zeros(1, requires_grad=True)
+    optimizer = torch.optim.SGD([weight], lr=0.0)
+    scales, taken = [], []
+    for overflow in np.asarray(overflows, dtype=bool):
+        scales.append(scaler.get_scale())
+        weight.grad = torch.full((1,), math.inf if overflow else 1.0)
+        taken.append(scaler.step(optimizer))
+        scaler.update()
+    return np.array(scales, dtype=np.float64), np.array(taken, dtype=bool)
+
+
+# --- fresh inputs -------------------------------------------------------------------------------------------
+
+# Every `cases` function starts with deterministic edge cases (the same for every seed), built so that each known
+# wrong variant of tests/test_wrong_variants_ps10.py fails them every time; random cases come in addition.
+
+
+def _buffers(rng, world, n):
+    return rng.normal(size=(world, n)).round(3)
+
+
+def _reduce_scatter(rng):
+    return [Case((np.array([[1.0, 2.0], [10.0, 20.0]]),)),
+            Case((np.arange(12.0).reshape(3, 4),)),
+            Case((_buffers(rng, 4, 9),)),
+            Case((_buffers(rng, int(rng.integers(3, 7)), int(rng.integers(1, 20))),)),
+            Case((_buffers(rng, int(rng.integers(2, 9)), int(rng.integers(8, 40))),))]
+
+
+def _all_gather(rng):
+    return [Case((np.array([[0.0, 7.0], [5.0, 0.0]]),)),
+            Case((np.array([[-1.0, -1.0, 1.0, -1.0], [-1.0, -1.0, -1.0, 2.0], [3.0, 3.0, -1.0, -1.0]]),)),
+            Case((_buffers(rng, 5, 11),)),
+            Case((_buffers(rng, int(rng.integers(3, 8)), int(rng.integers(3, 30))),))]
+
+
+def _all_reduce(rng):
+    return [Case((_buffers(rng, 3, 7),)),
+            Case((_buffers(rng, 4, 4),)),
+            Case((_buffers(rng, 1, 5),)),
+            Case((_buffers(rng, int(rng.integers(3, 9)), int(rng.integers(1, 30))),))]
+
+
+def _ring_bytes(rng):
+    world = int(rng.integers(2, 65))
+    return [Case((1000, 4, "reduce_scatter")), Case((1000, 4, "all_gather")), Case((1000, 4, "all_reduce")),
+            Case((2**20, 1, "all_reduce")),
+            Case((float(rng.integers(1, 10**6)) * world, world, str(rng.choice(["all_reduce", "all_gather"]))))]
+
+
+def _zero_memory(rng):
+    n, world = float(rng.integers(10**6, 10**11)), int(rng.choice([2, 8, 16, 64, 512]))
+    return [Case((7.5e9, 64, stage)) for stage in range(4)] + [
+        Case((1e9, 8, 1), {"k": 8}), Case((1e9, 1, 3)), Case((1e9, 16, 2), {"k": 4}),
+        Case((n, world, int(rng.integers(0, 4))), {"k": int(rng.choice([8, 12, 16]))})]
+
+
+def _gpipe_schedule(rng):
+    return [Case((2, 2)), Case((1, 3)), Case((4, 8)), Case((3, 1)),
+            Case((int(rng.integers(2, 7)), int(rng.integers(1, 12))))]
+
+
+def _pipeline_bubble(rng):
+    p, m = int(rng.integers(2, 6)), int(rng.integers(1, 9))
+    grid = ref_gpipe_schedule(p, m)
+    messy = np.where(rng.random((p, 2 * (m + p - 1))) < 0.4, 0, grid)
+    return [Case((np.array([[1, 2, 0, 0, -1, -2], [0, 1, 2, -1, -2, 0]]),)),
+            Case((np.array([[1, -1, 0, 0], [0, 1, -1, 0]]),)),
+            Case((np.array([[0, 1, -1], [0, 0, 0]]),)),
+            Case((np.zeros((3, 5), dtype=np.int64),)),
+            Case((np.array([[0, 0, 0, 0], [1, 2, -2, -1]]),)),
+            Case((grid,)), Case((np.concatenate([messy, np.zeros((p, 3), dtype=np.int64)], axis=1),))]
+
+
+def _overflows(rng, n, p):
+    return rng.random(n) < p
+
+
+def _loss_scaler_backoff(rng):
+    """No growth within these sequences (growth_interval far above their length)."""
+    return [Case((np.array([False, True, True, False, True]),)),
+            Case((np.array([True, False]),), {"init_scale": 8.0, "backoff_factor": 0.25}),
+            Case((np.array([True, True, True]),), {"init_scale": 2.0**10}),
+            Case((_overflows(rng, int(rng.integers(5, 30)), 0.4),),
+                 {"init_scale": float(2 ** int(rng.integers(4, 20))), "backoff_factor": float(rng.choice([0.5, 0.25]))})]
+
+
+def _loss_scaler_growth(rng):
+    return [Case((np.zeros(7, dtype=bool),), {"init_scale": 1.0, "growth_interval": 3}),
+            Case((np.array([False, False, True, False, False, False, False]),),
+                 {"init_scale": 4.0, "growth_interval": 3}),
+            Case((np.zeros(4, dtype=bool),), {"init_scale": 1.0, "growth_factor": 3.0, "growth_interval": 2}),
+            Case((np.zeros(3, dtype=bool),), {"growth_interval": 1}),
+            Case((_overflows(rng, int(rng.integers(10, 40)), 0.2),),
+                 {"init_scale": float(2 ** int(rng.integers(0, 16))), "growth_interval": int(rng.integers(1, 6))})]
+
+
+CHECKS = {
+    "test_reduce_scatter": Check("ring_reduce_scatter", _reduce_scatter, ring_reduce_scatter, rtol=1e-9, atol=1e-9),
+    "test_all_gather": Check("ring_all_gather", _all_gather, ring_all_gather, rtol=1e-9, atol=1e-9),
+    "test_all_reduce": Check("ring_all_reduce", _all_reduce, ring_all_reduce, rtol=1e-9, atol=1e-9,
+                             depends_on=("ring_reduce_scatter", "ring_all_gather")),
+    "test_ring_bytes": Check("ring_bytes_sent", _ring_bytes, lambda n, w, op: np.float64(ring_bytes_sent(n, w, op))),
+    "test_zero_memory": Check("zero_memory", _zero_memory, ref_zero_memory),
+    "test_gpipe_schedule": Check("gpipe_schedule", _gpipe_schedule, ref_gpipe_schedule),
+    "test_pipeline_bubble": Check("pipeline_bubble", _pipeline_bubble, ref_pipeline_bubble),
+    "test_loss_scaler_backoff": Check("loss_scale_trace", _loss_scaler_backoff, ref_loss_scale_trace),
+    "test_loss_scaler_growth": Check("loss_scale_trace", _loss_scaler_growth, ref_loss_scale_trace),
+}

@@ -1,0 +1,244 @@
+"""llmarch.parallel on gloo with 2 and 4 CPU processes: DDP, ZeRO-1 and FSDP against a single process on the
+concatenated batches and against torch's DistributedDataParallel and fully_shard, from the same initial
+weights; the bytes each rank holds; the pipeline schedules against the bubble formula.
+
+Each world size is spawned once (module-scoped fixture); every rank runs the scenarios and returns numbers
+that the tests below check. Tolerances: Adam divides by sqrt(v), so a gradient that differs in its last
+float32 bits (the ranks sum in another order) moves a weight by up to ~1e-5 after a few steps of lr 1e-2.
+torch's oracles run with 2 processes only, to keep the file fast."""
+
+import numpy as np
+import pytest
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+
+from llmarch.model import GPT, GPTConfig
+from llmarch.optim import AdamW
+from llmarch.parallel import DDP, FSDP, ShardedOptimizer, bubble_fraction, pipeline_schedule, run_distributed
+from llmarch.train import train_step
+
+CONFIG = dict(vocab_size=13, context_length=8, d_model=16, n_layers=2, n_heads=2)  # tied embeddings
+STEPS, GLOBAL_BATCH = 2, 8
+
+
+def _model(seed):
+    torch.manual_seed(seed)
+    return GPT(GPTConfig(**CONFIG))
+
+
+def _batches(step):
+    gen = torch.Generator().manual_seed(100 + step)
+    x = torch.randint(0, 13, (GLOBAL_BATCH, 8), generator=gen)
+    return x, torch.randint(0, 13, (GLOBAL_BATCH, 8), generator=gen)
+
+
+def _local(step, rank, world):
+    x, y = _batches(step)
+    return x.chunk(world)[rank], y.chunk(world)[rank]
+
+
+def _max_diff(state, reference):
+    return max((state[k].float() - reference[k].float()).abs().max().item() for k in reference)
+
+
+def _reference(micro=1):
+    """One process, the whole global batch, our AdamW."""
+    model = _model(0)
+    model.pos_emb.weight.requires_grad_(False)
+    opt = AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-2)
+    for step in range(STEPS):
+        x, y = _batches(step)
+        train_step(model, opt, list(zip(x.chunk(micro), y.chunk(micro))))
+    return {k: v.detach() for k, v in model.named_parameters()}
+
+
+def _ddp(rank, world, reference):
+    """rank 0's weights win at wrap (the others start elsewhere), tiny buckets, a frozen table, tied
+    embeddings, gradient accumulation over 2 micro-batches."""
+    model = _model(rank)
+    model.pos_emb.weight.requires_grad_(False)
+    ddp = DDP(model, bucket_size_mb=0.002)
+    opt = AdamW([p for p in ddp.parameters() if p.requires_grad], lr=1e-2)
+    frozen = model.pos_emb.weight.detach().clone()
+    for step in range(STEPS):
+        x, y = _local(step, rank, world)
+        train_step(ddp, opt, list(zip(x.chunk(2), y.chunk(2))))
+    x, y = _local(0, rank, world)  # the hooks launch every bucket's all-reduce before the backward returns
+    F.cross_entropy(ddp(x).flatten(0, 1), y.flatten()).backward()
+    launched_in_backward = all(bucket.handle is not None for bucket in ddp.buckets)
+    ddp.finish_gradient_synchronization()
+    weights = {k: v.detach() for k, v in model.named_parameters()}
+    return weights, {"ddp_buckets": len(ddp.buckets), "ddp_launched_in_backward": launched_in_backward, "ddp_vs_single": _max_diff(weights, reference),
+                     "ddp_frozen_unchanged": torch.equal(frozen, weights["pos_emb.weight"])
+                     and model.pos_emb.weight.grad is None}
+
+
+def _zero1(rank, world, reference):
+    """DDP's averaged gradients, optimiser states sharded."""
+    model = _model(0)
+    model.pos_emb.weight.requires_grad_(False)
+    ddp = DDP(model)
+    opt = ShardedOptimizer([p for p in ddp.parameters() if p.requires_grad], AdamW, lr=1e-2)
+    for step in range(STEPS):
+        train_step(ddp, opt, [_local(step, rank, world)])
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    return {"zero1_vs_single": _max_diff(dict(model.named_parameters()), reference),
+            "zero1_state_bytes": opt.local_state_bytes(),
+            "adam_state_bytes": sum(2 * p.numel() * 4 + 4 for p in trainable),  # m, v, a float step each
+            "largest_param_bytes": max(2 * p.numel() * 4 + 4 for p in trainable)}
+
+
+def _fsdp(rank, world, reference):
+    model = _model(rank)
+    model.pos_emb.weight.requires_grad_(False)
+    fsdp = FSDP(model)
+    during = []  # inside w2's forward, only w2 is gathered: every earlier matrix was freed after its use
+    model.blocks[1].ffn.w2.register_forward_pre_hook(lambda m, args: during.append(fsdp.rank_bytes()["gathered"]))
+    opt = AdamW([p for p in fsdp.parameters() if p.requires_grad], lr=1e-2)
+    for step in range(STEPS):
+        train_step(fsdp, opt, [_local(step, rank, world)])
+    full = fsdp.gather_full_params()
+    return {"fsdp_vs_single": _max_diff(full, reference),
+            "fsdp_names": list(full) == list(_model(0).state_dict()),
+            "fsdp_bytes": fsdp.rank_bytes(),
+            "matrix_bytes": sum(p.numel() * 4 for p in _model(0).parameters() if p.dim() == 2),  # tied: once
+            "fsdp_sharded_modules": sorted(fsdp.sharded), "fsdp_gathered_in_w2": during,
+            "w2_bytes": fsdp.sharded["blocks.1.ffn.w2"].full.numel() * 4}
+
+
+def _torch_ddp(rank, world, ours):
+    """torch's DistributedDataParallel from the same weights and batches as ``ours`` saw in _ddp."""
+    theirs = _model(0)
+    theirs.pos_emb.weight.requires_grad_(False)
+    torch_ddp = torch.nn.parallel.DistributedDataParallel(theirs)
+    opt = AdamW([p for p in torch_ddp.parameters() if p.requires_grad], lr=1e-2)
+    for step in range(STEPS):
+        train_step(torch_ddp, opt, [_local(step, rank, world)])
+    return _max_diff(ours, dict(theirs.named_parameters()))
+
+
+def _torch_fully_shard(rank, world):
+    """torch's fully_shard (FSDP2) and ours from the same weights, torch's AdamW on both sides."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+
+    fsdp, theirs = FSDP(_model(0)), _model(0)
+    fully_shard(theirs, mesh=init_device_mesh("cpu", (world,)))
+    opts = [torch.optim.AdamW(m.parameters(), lr=1e-2, foreach=False) for m in (fsdp, theirs)]
+    for step in range(STEPS):
+        for m, o in zip((fsdp, theirs), opts):
+            train_step(m, o, [_local(step, rank, world)], grad_clip=None)
+    return _max_diff(fsdp.gather_full_params(), {k: v.full_tensor() for k, v in theirs.named_parameters()})
+
+
+def _fsdp_bf16(rank, world):
+    """bf16 compute, fp32 master shards, against one process under bf16 autocast."""
+    fsdp, single = FSDP(_model(0), compute_dtype=torch.bfloat16), _model(0)
+    opt, opt_single = AdamW(fsdp.parameters(), lr=1e-3), AdamW(single.parameters(), lr=1e-3)
+    for step in range(STEPS):
+        train_step(fsdp, opt, [_local(step, rank, world)])
+        train_step(single, opt_single, [_batches(step)], precision="bf16")
+    return {"fsdp_bf16_master_dtypes": sorted({str(p.dtype) for p in fsdp.parameters()}),
+            "fsdp_bf16_vs_single_bf16": _max_diff(fsdp.gather_full_params(), dict(single.named_parameters()))}
+
+
+def _scenarios(rank, world, with_torch_oracles):
+    reference = _reference()
+    ddp_weights, out = _ddp(rank, world, reference)
+    out.update(**_zero1(rank, world, reference), **_fsdp(rank, world, reference))
+    if with_torch_oracles:
+        out["ddp_vs_torch_ddp"] = _torch_ddp(rank, world, ddp_weights)
+        out["fsdp_vs_torch_fully_shard"] = _torch_fully_shard(rank, world)
+        out.update(_fsdp_bf16(rank, world))
+    return out
+
+
+@pytest.fixture(scope="module", params=[2, 4])
+def results(request):
+    return request.param, run_distributed(_scenarios, request.param, request.param == 2)
+
+
+def test_ddp_equals_one_process_on_the_concatenated_batches(results):
+    world, ranks = results
+    for r in ranks:
+        assert r["ddp_buckets"] > 3  # the tiny bucket size really splits the gradients
+        assert r["ddp_vs_single"] < 5e-5
+        assert r["ddp_frozen_unchanged"] and r["ddp_launched_in_backward"]
+
+
+def _torch_oracles(results):
+    if results[0] != 2:
+        pytest.skip("torch's oracles run with 2 processes only (test time)")
+    return results[1]
+
+
+def test_ddp_equals_torch_distributed_data_parallel(results):
+    for r in _torch_oracles(results):
+        assert r["ddp_vs_torch_ddp"] < 5e-5
+
+
+def test_zero1_equals_one_process_and_divides_the_optimizer_state(results):
+    world, ranks = results
+    for r in ranks:
+        assert r["zero1_vs_single"] < 5e-5
+        assert r["zero1_state_bytes"] <= r["adam_state_bytes"] / world + r["largest_param_bytes"]
+    assert sum(r["zero1_state_bytes"] for r in ranks) == ranks[0]["adam_state_bytes"]
+
+
+def test_fsdp_equals_one_process_and_divides_the_matrices(results):
+    world, ranks = results
+    for r in ranks:
+        assert r["fsdp_vs_single"] < 5e-5 and r["fsdp_names"]  # gather_full_params has state_dict's keys
+        # every Linear and the (tied) embeddings are sharded; the shards hold 1/N of the matrices
+        assert "tok_emb" in r["fsdp_sharded_modules"] and "lm_head" in r["fsdp_sharded_modules"]
+        assert "blocks.1.ffn.w2" in r["fsdp_sharded_modules"]
+        padding = 4 * len(r["fsdp_sharded_modules"])  # at most world - 1 float32 zeros per matrix, /world
+        assert 0 <= r["fsdp_bytes"]["shards"] - r["matrix_bytes"] / world <= padding
+        assert r["fsdp_bytes"]["gathered"] == 0  # nothing left gathered after the step
+        assert r["fsdp_gathered_in_w2"] == [r["w2_bytes"]] * STEPS
+
+
+def test_fsdp_equals_torch_fully_shard(results):
+    for r in _torch_oracles(results):
+        assert r["fsdp_vs_torch_fully_shard"] < 5e-5
+
+
+def test_fsdp_with_bf16_compute_keeps_fp32_master_shards(results):
+    for r in _torch_oracles(results):
+        assert r["fsdp_bf16_master_dtypes"] == ["torch.float32"]
+        assert r["fsdp_bf16_vs_single_bf16"] < 1e-2  # bf16 has 8 bits of mantissa; ranks sum in another order
+
+
+def test_wrappers_need_a_process_group():
+    assert not dist.is_initialized()
+    with pytest.raises(RuntimeError, match="init_process_group"):
+        DDP(_model(0))
+
+
+@pytest.mark.parametrize("p,m", [(4, 8), (3, 1), (1, 5)])
+def test_simulated_pipeline_schedules_have_the_bubble_of_the_formula(p, m):
+    gpipe, one_f_one_b = pipeline_schedule(p, m, "gpipe"), pipeline_schedule(p, m, "1f1b")
+    for schedule in (gpipe, one_f_one_b):
+        assert schedule.bubble == pytest.approx(bubble_fraction(p, m))
+        assert schedule.makespan == pytest.approx((m + p - 1) * 3.0)
+    assert gpipe.peak_in_flight == [m] * p
+    assert one_f_one_b.peak_in_flight == [min(p - s, m) for s in range(p)]
+
+
+@pytest.mark.parametrize("world,n", [(2, 6), (3, 7), (4, 4), (5, 3)])
+def test_ring_simulation_reduces_to_the_sum_and_each_rank_owns_its_chunk(world, n):
+    from llmarch.parallel.ring import chunk_slices, ring_all_reduce, ring_reduce_scatter
+
+    x = np.random.default_rng(world).normal(size=(world, n))
+    np.testing.assert_allclose(ring_all_reduce(x), np.broadcast_to(x.sum(0), x.shape), rtol=1e-12, atol=1e-12)
+    scattered = ring_reduce_scatter(x)
+    for r, owned in enumerate(chunk_slices(n, world)[1:] + chunk_slices(n, world)[:1]):
+        np.testing.assert_allclose(scattered[r, owned], x[:, owned].sum(0), rtol=1e-12, atol=1e-12)
+
+
+def test_ring_bytes_sent():
+    from llmarch.parallel.ring import ring_bytes_sent
+
+    assert ring_bytes_sent(1000, 4, "all_reduce") == 1500 and ring_bytes_sent(1000, 4, "all_gather") == 750
+    assert ring_bytes_sent(1000, 1, "reduce_scatter") == 0

@@ -1,0 +1,235 @@
+"""The classic wrong answers of ps10-parallel, and what each must cost: the same machinery and rules as
+tests/test_wrong_variants.py (whose helpers this file uses), kept apart so that problem sets added at the same
+time do not edit one file. Each variant loses exactly its cells under every seed, fails a visible test of its
+own function, and a function that calls a broken one fails its visible tests exactly when it loses its hidden
+cells, naming the broken one first."""
+
+from __future__ import annotations
+
+import csv
+
+import pytest
+
+import test_wrong_variants as base
+from autograder import assignments
+from autograder.__main__ import main as grader_main
+from autograder.sandbox import bubblewrap_available
+from submissions import release, submission, write
+
+PS10 = "ps10-parallel"
+ALL_REDUCE = {"test_all_reduce"}
+SCALER = {"test_loss_scaler_backoff", "test_loss_scaler_growth"}
+FIRST = len(base.VARIANTS[PS10]), len(base.TEMPLATES)
+
+reduce_scatter_with = base.template(PS10, "ring_reduce_scatter", """
+def ring_reduce_scatter(buffers):
+    out = np.array(buffers, dtype=float)
+    world = out.shape[0]
+    slices = chunk_slices(out.shape[1], world)
+    for step in range(world - 1):
+        sent = [(r, {chunk}) for r in range(world)]
+        payloads = [out[r, slices[c]].copy() for r, c in sent]
+        for (r, c), payload in zip(sent, payloads):
+            out[(r + 1) % world, slices[c]] += payload
+    return out
+""", chunk="(r - step) % world")
+base.variant(PS10, "reduce-scatter sends chunk r + s (the wrong way round)", "ring_reduce_scatter",
+             {"test_reduce_scatter"} | ALL_REDUCE, reduce_scatter_with(chunk="(r + step) % world"))
+base.variant(PS10, "reduce-scatter shortcut: every chunk of every rank is the full sum", "ring_reduce_scatter",
+             {"test_reduce_scatter"}, """
+def ring_reduce_scatter(buffers):
+    buffers = np.asarray(buffers, dtype=float)
+    return np.tile(buffers.sum(axis=0), (buffers.shape[0], 1))
+""")
+base.variant(PS10, "reduce-scatter stops one step early", "ring_reduce_scatter", {"test_reduce_scatter"} | ALL_REDUCE,
+             reduce_scatter_with(chunk="(r - step) % world if step < world - 2 else r"))
+
+all_gather_with = base.template(PS10, "ring_all_gather", """
+def ring_all_gather(buffers):
+    out = np.array(buffers, dtype=float)
+    world = out.shape[0]
+    slices = chunk_slices(out.shape[1], world)
+    for step in range(world - 1):
+        sent = [(r, {chunk}) for r in range(world)]
+        payloads = [out[r, slices[c]].copy() for r, c in sent]
+        for (r, c), payload in zip(sent, payloads):
+            out[(r + 1) % world, slices[c]] {combine} payload
+    return out
+""", chunk="(r + 1 - step) % world", combine="=")
+base.variant(PS10, "all-gather sends chunk r - s (reduce-scatter's order)", "ring_all_gather",
+             {"test_all_gather"} | ALL_REDUCE, all_gather_with(chunk="(r - step) % world"))
+base.variant(PS10, "all-gather adds instead of overwriting", "ring_all_gather", {"test_all_gather"} | ALL_REDUCE,
+             all_gather_with(combine="+="))
+
+base.variant(PS10, "all-reduce averages instead of summing", "ring_all_reduce", ALL_REDUCE, """
+def ring_all_reduce(buffers):
+    return ring_all_gather(ring_reduce_scatter(buffers)) / np.shape(buffers)[0]
+""")
+base.variant(PS10, "all-reduce without the all-gather", "ring_all_reduce", ALL_REDUCE, """
+def ring_all_reduce(buffers):
+    return ring_reduce_scatter(buffers)
+""")
+
+bytes_with = base.template(PS10, "ring_bytes_sent", """
+def ring_bytes_sent(n_bytes, world_size, op):
+    one_pass = {one_pass}
+    return float({total})
+""", one_pass="(world_size - 1) / world_size * n_bytes", total='2 * one_pass if op == "all_reduce" else one_pass')
+base.variant(PS10, "all-reduce costs one pass (no factor 2)", "ring_bytes_sent", {"test_ring_bytes"},
+             bytes_with(total="one_pass"))
+base.variant(PS10, "each step sends the whole message", "ring_bytes_sent", {"test_ring_bytes"},
+             bytes_with(one_pass="(world_size - 1) * n_bytes"))
+
+zero_with = base.template(PS10, "zero_memory", """
+def zero_memory(n_params, world_size, stage, k=12):
+    weights = 2 * n_params / (world_size if stage >= {weights} else 1)
+    grads = 2 * n_params / (world_size if stage >= {grads} else 1)
+    states = {k} * n_params / (world_size if stage >= 1 else 1)
+    return float(weights + grads + states)
+""", weights="3", grads="2", k="k")
+base.variant(PS10, "ZeRO-2 also divides the weights", "zero_memory", {"test_zero_memory"}, zero_with(weights="2"))
+base.variant(PS10, "ZeRO-1 also divides the gradients", "zero_memory", {"test_zero_memory"}, zero_with(grads="1"))
+base.variant(PS10, "ZeRO-3 keeps the weights whole", "zero_memory", {"test_zero_memory"}, zero_with(weights="4"))
+base.variant(PS10, "optimiser state fixed at 12 bytes (k ignored)", "zero_memory", {"test_zero_memory"},
+             zero_with(k="12"))
+
+gpipe_with = base.template(PS10, "gpipe_schedule", """
+def gpipe_schedule(p, m):
+    grid = np.zeros((p, 2 * (m + p - 1)), dtype=int)
+    for s in range(p):
+        for i in range(m):
+            grid[s, s + i] = i + 1
+            grid[s, {backward}] = -(i + 1)
+    return grid
+""", backward="(m + p - 1) + (p - 1 - s) + i")
+base.variant(PS10, "GPipe backwards run from the first stage", "gpipe_schedule", {"test_gpipe_schedule"},
+             gpipe_with(backward="(m + p - 1) + s + i"))
+base.variant(PS10, "GPipe backwards in reverse micro-batch order", "gpipe_schedule", {"test_gpipe_schedule"},
+             gpipe_with(backward="(m + p - 1) + (p - 1 - s) + (m - 1 - i)"))
+
+bubble_with = base.template(PS10, "pipeline_bubble", """
+def pipeline_bubble(schedule):
+    busy = np.asarray(schedule) != 0
+    working = np.flatnonzero(busy.any(axis=0))
+    if working.size == 0:
+        return {empty}
+    span = {span}
+    return float(1.0 - span.sum() / span.size)
+""", empty="0.0", span="busy[:, : working[-1] + 1]")
+base.variant(PS10, "bubble counts the idle columns after the last operation", "pipeline_bubble",
+             {"test_pipeline_bubble"}, bubble_with(span="busy"))
+base.variant(PS10, "bubble of the first stage only", "pipeline_bubble", {"test_pipeline_bubble"},
+             bubble_with(span="busy[:1, : working[-1] + 1]"))
+base.variant(PS10, "bubble starts at the first operation (leading idle slots dropped)", "pipeline_bubble",
+             {"test_pipeline_bubble"}, bubble_with(span="busy[:, working[0] : working[-1] + 1]"))
+
+scaler_with = base.template(PS10, "loss_scale_trace", """
+def loss_scale_trace(overflows, init_scale=65536.0, growth_factor=2.0, backoff_factor=0.5, growth_interval=2000):
+    scale, clean = float(init_scale), 0
+    scales, taken = [], []
+    for overflow in overflows:
+        {record}
+        taken.append({taken})
+        if overflow:
+            scale *= backoff_factor
+            clean = {reset}
+        else:
+            clean += 1
+            if clean == {interval}:
+                scale *= growth_factor
+                clean = 0
+        {record_after}
+    return np.array(scales, dtype=float), np.array(taken, dtype=bool)
+""", record="scales.append(scale)", taken="not overflow", reset="0", interval="growth_interval",
+    record_after="pass")
+base.variant(PS10, "loss scale recorded after its update", "loss_scale_trace", SCALER,
+             scaler_with(record="pass", record_after="scales.append(scale)"))
+base.variant(PS10, "an overflow does not restart the clean count", "loss_scale_trace", {"test_loss_scaler_growth"},
+             scaler_with(reset="clean"))
+base.variant(PS10, "grows after growth_interval + 1 clean steps", "loss_scale_trace", {"test_loss_scaler_growth"},
+             scaler_with(interval="growth_interval + 1"))
+base.variant(PS10, "an overflowing step is still taken", "loss_scale_trace", SCALER, scaler_with(taken="True"))
+
+VARIANTS = base.VARIANTS[PS10][FIRST[0]:]
+TEMPLATES = base.TEMPLATES[FIRST[1]:]
+IDS = [v.name for v in VARIANTS]
+
+
+@pytest.fixture(scope="module")
+def harness(tmp_path_factory):
+    return base.Harness(PS10, tmp_path_factory.mktemp(PS10))
+
+
+@pytest.mark.parametrize("cell,fill", [(c, f) for _, c, f in TEMPLATES], ids=[c for _, c, _ in TEMPLATES])
+def test_a_template_filled_with_its_right_parts_is_a_correct_answer(cell, fill, harness):
+    ns = base._namespace(PS10, base.Variant("right", cell, frozenset(), fill()))
+    assert harness.lost(ns, 0) == set()
+    assert base._visible_failures(PS10, ns, base._test_cells(PS10)) == {}
+
+
+def test_every_graded_function_has_wrong_variants():
+    functions = {check.function for check in assignments.load(PS10).CHECKS.values()}
+    assert functions <= {v.cell for v in VARIANTS}, functions - {v.cell for v in VARIANTS}
+
+
+@pytest.mark.parametrize("v", VARIANTS, ids=IDS)
+def test_a_wrong_variant_loses_exactly_its_cells_under_every_seed(v, harness):
+    assert v.loses and v.loses <= set(harness.module.CHECKS), v.loses
+    ns = base._namespace(PS10, v)
+    for seed in base.SEEDS:
+        lost, expected = harness.lost(ns, seed), v.loses & set(harness.graded(seed))
+        assert lost == expected, (f"--seed {seed}: loses {sorted(lost)}; expected exactly {sorted(expected)} "
+                                  f"(missing {sorted(expected - lost)}, extra {sorted(lost - expected)})")
+
+
+@pytest.mark.parametrize("v", VARIANTS, ids=IDS)
+def test_a_wrong_variant_fails_a_visible_test_of_its_function(v):
+    own = base._own_cells(PS10, v)
+    assert base._visible_failures(PS10, base._namespace(PS10, v), own), f"{v.name} passes every visible test"
+
+
+DEPENDENT = [v for v in VARIANTS if any(v.cell in c.depends_on for c in assignments.load(PS10).CHECKS.values())]
+
+
+@pytest.mark.parametrize("v", DEPENDENT, ids=[v.name for v in DEPENDENT])
+def test_visible_tests_of_callers_fail_when_hidden_ones_do_and_name_the_broken_function(v):
+    checks = assignments.load(PS10).CHECKS
+    ns = base._namespace(PS10, v)
+    for caller in sorted({c.function for c in checks.values() if v.cell in c.depends_on}):
+        cells = {gid for gid, check in checks.items() if check.function == caller}
+        failures = base._visible_failures(PS10, ns, cells)
+        assert bool(failures) == bool(cells & v.loses), (caller, failures, sorted(cells & v.loses))
+        for gid, message in failures.items():
+            assert f"{caller} uses your {v.cell}, which" in message and f"fix {v.cell} first" in message, message
+
+
+@pytest.mark.skipif(not bubblewrap_available(), reason="bubblewrap (Debian package) is not installed")
+def test_twenty_copies_get_identical_rows_through_the_command_line(tmp_path):
+    v = next(v for v in VARIANTS if v.name == "an overflow does not restart the clean count")
+    nb = base._notebook(PS10, v)
+    for i in range(20):
+        write(nb, tmp_path / "subs" / f"student{i:02d}", base._notebook_name(PS10))
+    out = tmp_path / "out"
+    assert grader_main(["grade", PS10, str(tmp_path / "subs"), "--out", str(out), "--workers", "2",
+                        "--timeout", "20"]) == 0
+    with open(out / "grades.csv", newline="", encoding="utf-8") as f:
+        rows = [{k: val for k, val in row.items() if k not in ("student", "seconds", "cpu_seconds")}
+                for row in csv.DictReader(f)]
+    assert len(rows) == 20 and all(row == rows[0] for row in rows), rows
+    assert rows[0]["status"] == "graded", rows[0]
+    assert {gid for gid in assignments.load(PS10).CHECKS if float(rows[0][gid]) == 0} == v.loses
+
+
+@pytest.mark.skipif(not bubblewrap_available(), reason="bubblewrap (Debian package) is not installed")
+def test_the_solution_scores_full_marks_and_the_release_zero_through_the_command_line(tmp_path):
+    notebook = base._notebook_name(PS10)
+    write(submission(PS10, notebook), tmp_path / "subs" / "solved", notebook)
+    write(release(PS10, notebook), tmp_path / "subs" / "untouched", notebook)
+    out = tmp_path / "out"
+    assert grader_main(["grade", PS10, str(tmp_path / "subs"), "--out", str(out), "--workers", "2",
+                        "--timeout", "10"]) == 0
+    with open(out / "grades.csv", newline="") as f:
+        rows = {r["student"]: r for r in csv.DictReader(f)}
+    assert rows["solved"]["status"] == "graded" and rows["solved"]["score"] == "16"  # + 2 written, by hand
+    assert float(rows["solved"]["max_score"]) == 16 + float(rows["solved"]["manual_pending"])
+    assert rows["untouched"]["status"] == "graded" and rows["untouched"]["score"] == "0"
