@@ -114,6 +114,7 @@ experiments: $(PY_STAMP)
 	$(PY) book/experiments/induction_heads.py
 	$(PY) book/experiments/pretraining_objectives.py
 	$(PY) book/experiments/pretraining_data.py
+	$(PY) -m autograder.assignments.ps11_loss_target
 	@# the execution cache keys on a chapter's code, not on the data it reads: drop it so the book shows the new results
 	rm -rf _build/.jupyter_cache
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import functools
 import io
 from pathlib import Path
 
@@ -45,7 +46,7 @@ TRAIN = {"test_train_steps", "test_checkpoint"}
 ATTENTION = {"test_attention", "test_attention_cache"}
 CACHE = {"test_attention_cache", "test_llama_cache"}
 
-variant(PS11, "RMSNorm with eps outside the square root", "RMSNorm", {"test_rmsnorm"} | MODEL | TRAIN, """
+RMSNORM_SOURCE = """
 class RMSNorm(nn.Module):
     def __init__(self, d, eps=1e-5):
         super().__init__()
@@ -53,19 +54,13 @@ class RMSNorm(nn.Module):
         self.weight = nn.Parameter(torch.ones(d))
 
     def forward(self, x):
-        return self.weight * x / (x.pow(2).mean(dim=-1, keepdim=True).sqrt() + self.eps)
-""")
-variant(PS11, "RMSNorm centres the features (LayerNorm without bias)", "RMSNorm", {"test_rmsnorm"} | MODEL | TRAIN, """
-class RMSNorm(nn.Module):
-    def __init__(self, d, eps=1e-5):
-        super().__init__()
-        self.eps = eps
-        self.weight = nn.Parameter(torch.ones(d))
-
-    def forward(self, x):
-        x = x - x.mean(dim=-1, keepdim=True)
-        return self.weight * x * torch.rsqrt(x.pow(2).mean(dim=-1, keepdim=True) + self.eps)
-""")
+        {forward}
+"""
+variant(PS11, "RMSNorm with eps outside the square root", "RMSNorm", {"test_rmsnorm"} | MODEL | TRAIN,
+        RMSNORM_SOURCE.format(forward="return self.weight * x / (x.pow(2).mean(dim=-1, keepdim=True).sqrt() + self.eps)"))
+variant(PS11, "RMSNorm centres the features (LayerNorm without bias)", "RMSNorm", {"test_rmsnorm"} | MODEL | TRAIN,
+        RMSNORM_SOURCE.format(forward="""x = x - x.mean(dim=-1, keepdim=True)
+        return self.weight * x * torch.rsqrt(x.pow(2).mean(dim=-1, keepdim=True) + self.eps)"""))
 variant(PS11, "SwiGLU gates the up projection's branch", "SwiGLU", {"test_swiglu"} | MODEL | TRAIN, """
 class SwiGLU(nn.Module):
     def __init__(self, d_model, d_ff):
@@ -347,14 +342,8 @@ def _namespace(assignment: str, v: Variant | None = None) -> dict:
 
 @pytest.fixture(scope="module")
 def harnesses(tmp_path_factory):
-    made = {}
-
-    def get(assignment):
-        if assignment not in made:
-            made[assignment] = FastHarness(assignment, tmp_path_factory.mktemp(assignment))
-        return made[assignment]
-
-    return get
+    """One harness per assignment, made on first use (its references are computed once per seed)."""
+    return functools.cache(lambda assignment: FastHarness(assignment, tmp_path_factory.mktemp(assignment)))
 
 
 ALL = [(a, v) for a, vs in VARIANTS.items() for v in vs]
