@@ -138,6 +138,7 @@ experiments: $(PY_STAMP)
 	$(PY) book/experiments/pretraining_objectives.py
 	$(PY) book/experiments/pretraining_data.py
 	$(PY) book/experiments/training_at_scale.py
+	$(PY) -m autograder.assignments.ps11_loss_target
 	@# the execution cache keys on a chapter's code, not on the data it reads: drop it so the book shows the new results
 	rm -rf _build/.jupyter_cache
 

@@ -27,6 +27,7 @@ import contextlib
 import hashlib
 import json
 import multiprocessing
+import shutil
 import signal
 import sys
 import threading
@@ -281,6 +282,8 @@ def _phase1(assignment: str, student: str, loaded: Loaded, options: Options) -> 
         workdir.mkdir()
         inputs.mkdir()
         placed = _place_siblings(loaded.siblings, workdir)
+        for name in getattr(module, "FILES", ()):  # data the release ships beside the notebook, always the trusted copy
+            shutil.copyfile(ROOT / "exercises" / assignment / name, workdir / name)
         if placed:
             notes.append(f"files submitted beside the notebook were placed in its folder: {', '.join(placed)[:300]}")
         nbformat.write(prepared.notebook, workdir / NOTEBOOK_IN_SANDBOX)

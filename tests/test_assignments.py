@@ -54,8 +54,10 @@ def test_release_hides_solutions_and_hidden_tests(name):
     assert "raise NotImplementedError()" in text
 
 
-def _execute(nb):
-    NotebookClient(nb, timeout=120, kernel_name="python3", allow_errors=True).execute()
+def _execute(nb, folder=None):
+    """Run every cell (in ``folder``, where a set's data files sit) and return the errors."""
+    resources = {"metadata": {"path": str(folder)}} if folder else {}
+    NotebookClient(nb, timeout=120, kernel_name="python3", allow_errors=True, resources=resources).execute()
     return [(c.metadata.get("nbgrader", {}).get("grade_id"), o) for c in nb.cells if c.cell_type == "code"
             for o in c.get("outputs", []) if o.get("output_type") == "error"]
 
@@ -63,8 +65,9 @@ def _execute(nb):
 @pytest.mark.parametrize("name", NAMES)
 def test_solution_passes_its_visible_tests_and_release_fails_them(name):
     solution = nbformat.read(ROOT / "solutions" / name / _notebook(name), as_version=4)
-    assert _execute(solution) == [], "the solution notebook must run without errors"
-    errors = _execute(nbformat.read(ROOT / "exercises" / name / _notebook(name), as_version=4))
+    assert _execute(solution, ROOT / "solutions" / name) == [], "the solution notebook must run without errors"
+    released = nbformat.read(ROOT / "exercises" / name / _notebook(name), as_version=4)
+    errors = _execute(released, ROOT / "exercises" / name)
     failing = {gid for gid, _ in errors}
     template = Template.from_release(nbformat.read(ROOT / "exercises" / name / _notebook(name), as_version=4))
     assert {i.grade_id for i in template.auto_items} <= failing, "every visible test must fail on the empty release"

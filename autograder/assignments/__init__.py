@@ -1,5 +1,6 @@
 """The assignments the grader knows, by name: each module has ``NOTEBOOK`` (the file students submit),
-``CHECKS`` (grade_id -> trusted check) and ``TRUSTED_CALLABLES``."""
+``CHECKS`` (grade_id -> trusted check) and ``TRUSTED_CALLABLES``; optionally ``FILES``, data files the release
+ships beside the notebook, which the grader copies into every submission's folder."""
 
 import importlib
 
@@ -14,6 +15,7 @@ ASSIGNMENTS = {
     "ps8-objectives": "autograder.assignments.ps8_objectives",
     "ps9-data": "autograder.assignments.ps9_data",
     "ps10-parallel": "autograder.assignments.ps10_parallel",
+    "ps11-train": "autograder.assignments.ps11_train",
 }
 
 

@@ -1,0 +1,409 @@
+"""Trusted checks of ps11-train (capstone: a Llama trained end to end in PyTorch), and the files its release ships.
+
+The keys of ``CHECKS`` are the ``grade_id`` of the test cells in ``solutions/ps11-train/ps11-train.ipynb``. The
+functions the checks call are the read-only wrappers of the notebook's "grader-calls" cell: they build the
+student's modules from arrays, in float64. References:
+
+- modules and the model: ``llmarch.model.GPT`` with a Llama configuration (``llama_config`` overrides: pre-RMSNorm,
+  SwiGLU, rotate-half RoPE, grouped-query attention, no biases, untied head), whose ``state_dict`` keys the
+  notebook's modules reproduce; ``llmarch.layers.rms_norm``, ``SwiGLU``, ``llmarch.positional.apply_rope``;
+- cached decoding: the reference's full pass (a cache must not change the logits);
+- AdamW and clipping: ``torch.optim.AdamW`` and ``torch.nn.utils.clip_grad_norm_``;
+- the schedule: the warm-up + cosine rule of DESIGN.md (``llmarch.optim.cosine_schedule``'s contract), written
+  out in :func:`ref_lr_schedule`;
+- the training loop, uninterrupted and resumed: the same steps run with the reference model, torch's AdamW and
+  clipping (a resumed run must equal the uninterrupted one);
+- the held-out loss: a verdict on the cross-entropy of the student's logits on fresh sentences of
+  ``llmarch.data.default_grammar()``, which must be below ``LOSS_TARGET`` (5% above the grammar's entropy rate;
+  ``ps11_loss_target.csv`` beside this file shows the reference meeting it under 10 seeds).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from autograder.checks import Case, Check
+from llmarch.attention import MultiHeadAttention
+from llmarch.data import default_grammar, synthetic_corpus
+from llmarch.layers import SwiGLU, rms_norm
+from llmarch.model import GPT, llama_config
+from llmarch.positional import RotaryEmbedding, apply_rope
+
+NOTEBOOK = "ps11-train.ipynb"
+TRUSTED_CALLABLES: dict = {}
+FILES = ("ps11_checkpoint.npz", "ps11_corpus.npz")  # shipped beside the notebook; the grader copies them in
+LOSS_TARGET = 1.72  # nats per token; the entropy rate of default_grammar() is 1.6325
+HELDOUT_SHAPE = (32, 64)  # sentences x tokens the verdict scores
+TINY = {"vocab_size": 36, "d_model": 16, "n_layers": 2, "n_heads": 4, "n_kv_heads": 2, "d_ff": 40,
+        "rope_base": 10000.0, "eps": 1e-5}  # the checkpoint's model
+
+
+def _t(x):
+    return torch.tensor(np.asarray(x, dtype=np.float64))  # a copy: in-place updates must not touch the case's inputs
+
+
+def reference_llama(config: dict) -> GPT:
+    """llmarch's GPT as the Llama the notebook builds (its ``Llama(**config)``), in float64."""
+    gpt_config = llama_config(vocab_size=config["vocab_size"], context_length=64, d_model=config["d_model"],
+                              n_layers=config["n_layers"], n_heads=config["n_heads"],
+                              n_kv_heads=config["n_kv_heads"], d_ff=config["d_ff"], rope_base=config["rope_base"],
+                              norm_eps=config["eps"], rope_scaling=None)
+    return GPT(gpt_config).double()
+
+
+def flatten(weights: dict[str, np.ndarray]) -> np.ndarray:
+    """State-dict tensors as one vector, in the order of their sorted names (how the notebook's wrappers and the
+    grader pass a model's weights)."""
+    return np.concatenate([np.ravel(weights[name]) for name in sorted(weights)])
+
+
+def _loaded(config, flat) -> GPT:
+    model = reference_llama(config)
+    state, offset = model.state_dict(), 0
+    for name in sorted(state):
+        n = state[name].numel()
+        state[name] = _t(flat[offset:offset + n]).reshape(state[name].shape)
+        offset += n
+    model.load_state_dict(state)
+    return model.eval()
+
+
+# --- references ---------------------------------------------------------------------------------------------
+
+
+def ref_rmsnorm(x, weight, eps):
+    return rms_norm(_t(x), _t(weight), eps=float(eps)).numpy()
+
+
+@torch.no_grad()
+def ref_swiglu(x, w1, w3, w2):
+    ffn = SwiGLU(w1.shape[1], w1.shape[0]).double()
+    ffn.load_state_dict({"w1.weight": _t(w1), "w3.weight": _t(w3), "w2.weight": _t(w2)})
+    return ffn(_t(x)).numpy()
+
+
+def ref_rope(x, positions, base):
+    return apply_rope(_t(x), torch.as_tensor(np.asarray(positions)), base=float(base), interleaved=False).numpy()
+
+
+@torch.no_grad()
+def ref_attention(x, wq, wk, wv, wo, n_heads, n_kv_heads, base, split=None):
+    d_model = wq.shape[1]
+    attn = MultiHeadAttention(d_model, n_heads, n_kv_heads, bias=False, pos_encoding="rope",
+                              rotary=RotaryEmbedding(d_model // n_heads, base=float(base), interleaved=False)).double()
+    attn.load_state_dict({"q_proj.weight": _t(wq), "k_proj.weight": _t(wk), "v_proj.weight": _t(wv),
+                          "o_proj.weight": _t(wo)})
+    return attn(_t(x), is_causal=True).numpy()  # a cache must not change the result: the full pass decides
+
+
+@torch.no_grad()
+def ref_logits(weights, config, idx, prompt=None):
+    """Logits of the reference with the flat ``weights``; cached decoding must give the full pass's."""
+    return _loaded(config, weights)(torch.as_tensor(np.asarray(idx), dtype=torch.long)).numpy()
+
+
+def ref_adamw(start, grads, lrs, betas, eps, weight_decay):
+    p = _t(start).clone().requires_grad_()
+    opt = torch.optim.AdamW([p], lr=float(lrs[0]), betas=tuple(betas), eps=float(eps), weight_decay=float(weight_decay),
+                            foreach=False)
+    path = []
+    for g, lr in zip(grads, lrs):
+        p.grad = _t(g)
+        opt.param_groups[0]["lr"] = float(lr)
+        opt.step()
+        path.append(p.detach().clone())
+    return torch.stack(path).numpy()
+
+
+def ref_lr_schedule(step, max_lr, min_lr, warmup_steps, cosine_steps):
+    """DESIGN.md's ``cosine_schedule``: ``max_lr * step / warmup_steps`` while ``step < warmup_steps``, cosine from
+    ``max_lr`` to ``min_lr`` until ``cosine_steps``, then ``min_lr``."""
+    if step < warmup_steps:
+        return np.float64(max_lr * step / warmup_steps)
+    if step > cosine_steps:
+        return np.float64(min_lr)
+    progress = (step - warmup_steps) / (cosine_steps - warmup_steps)
+    return np.float64(min_lr + (max_lr - min_lr) * 0.5 * (1.0 + math.cos(math.pi * progress)))
+
+
+def ref_clip(g1, g2, max_norm):
+    a, b = torch.zeros(g1.shape, dtype=torch.float64), torch.zeros(g2.shape, dtype=torch.float64)
+    a.grad, b.grad = _t(g1), _t(g2)
+    norm = torch.nn.utils.clip_grad_norm_([a, b], float(max_norm))
+    return norm.numpy(), a.grad.numpy(), b.grad.numpy()
+
+
+def ref_training(weights, config, xs, ys, hp, resume_at=None):
+    """The loop of the notebook's ``train_steps`` with the reference model, torch's AdamW and clip_grad_norm_,
+    uninterrupted (a resumed run must give the same weights). Returns the weights, flat (:func:`flatten`)."""
+    model = _loaded(config, weights).train()
+    opt = torch.optim.AdamW(model.parameters(), betas=tuple(hp["betas"]), eps=hp["eps"],
+                            weight_decay=hp["weight_decay"], foreach=False)
+    for step in range(len(xs)):
+        opt.param_groups[0]["lr"] = float(ref_lr_schedule(step, hp["max_lr"], hp["min_lr"], hp["warmup_steps"],
+                                                          hp["cosine_steps"]))
+        logits = model(torch.as_tensor(xs[step], dtype=torch.long))
+        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), torch.as_tensor(ys[step]).reshape(-1))
+        opt.zero_grad()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), hp["clip"])
+        opt.step()
+    state = model.state_dict()
+    return torch.cat([state[name].detach().reshape(-1) for name in sorted(state)]).numpy()
+
+
+def ref_heldout(idx):
+    return np.zeros(0)  # only fixes that one value comes back; the verdict decides
+
+
+# --- fresh inputs -------------------------------------------------------------------------------------------
+
+# Every `cases` function starts with deterministic edge cases (the same for every seed), built so that each known
+# wrong variant of tests/test_wrong_variants_capstones.py fails them every time; random cases come in addition.
+
+
+def random_weights(rng, config, scale=0.3) -> dict[str, np.ndarray]:
+    """Weights for the state_dict of ``Llama(**config)``: matrices N(0, scale^2) (large enough that every part
+    moves the logits), norm gains in [0.5, 1.5]."""
+    shapes = {name: tuple(p.shape) for name, p in reference_llama(config).state_dict().items()}
+    return {name: (rng.uniform(0.5, 1.5, size=shape) if len(shape) == 1 else rng.normal(0, scale, size=shape))
+            for name, shape in shapes.items()}
+
+
+def _random_config(rng):
+    n_kv = int(rng.choice([1, 2]))
+    n_heads = n_kv * int(rng.choice([1, 2, 3]))
+    d_head = 2 * int(rng.integers(1, 4))
+    return {"vocab_size": int(rng.integers(5, 20)), "d_model": n_heads * d_head, "n_layers": int(rng.integers(1, 3)),
+            "n_heads": n_heads, "n_kv_heads": n_kv, "d_ff": int(rng.integers(3, 12)),
+            "rope_base": float(np.exp(rng.uniform(np.log(50), np.log(1e5)))), "eps": float(rng.choice([1e-5, 1e-2]))}
+
+
+def _rmsnorm(rng):
+    d = int(rng.integers(2, 12))
+    small = rng.normal(size=(3, d)) * 1e-3  # eps matters here: eps outside the root, or squared, gives another value
+    return [Case((np.array([[1.0, 2.0, 2.0, 4.0]]), np.array([1.0, 1.0, 0.5, 2.0]), 0.0)),
+            Case((np.ones((1, 2)), np.ones(2), 3.0)),
+            Case((np.full((2, 5), 3.0) + np.arange(5), rng.uniform(0.5, 2, size=5), 1e-5)),
+            Case((small, rng.normal(size=d), 1e-5)),
+            Case((rng.normal(size=(2, int(rng.integers(1, 4)), d)) * 3 + 1, rng.normal(size=d), 1e-5))]
+
+
+def _swiglu(rng):
+    d, d_ff = int(rng.integers(2, 9)), int(rng.integers(2, 13))
+    weights = lambda: (rng.normal(size=(d_ff, d)), rng.normal(size=(d_ff, d)), rng.normal(size=(d, d_ff)) / 2)
+    return [Case((rng.normal(size=(2, 3, d)), *weights())), Case((rng.normal(size=(4, d)) * 3, *weights()))]
+
+
+def _rope(rng):
+    t, d = int(rng.integers(2, 9)), 2 * int(rng.integers(1, 6))
+    past = int(rng.integers(1, 100_000))
+    return [Case((rng.normal(size=(1, 2, 6, 8)), np.arange(6), 10000.0)),
+            Case((rng.normal(size=(2, 1, 3, 4)), np.array([1000, 54321, 99999]), 100.0)),
+            Case((rng.normal(size=(int(rng.integers(1, 3)), int(rng.integers(1, 4)), t, d)), np.arange(past, past + t),
+                  float(np.exp(rng.uniform(np.log(100), np.log(1e6))))))]
+
+
+def _attention_weights(rng, d_model, n_heads, n_kv_heads):
+    """q_proj, k_proj, v_proj and o_proj weights."""
+    d_head = d_model // n_heads
+    return (rng.normal(size=(n_heads * d_head, d_model)), rng.normal(size=(n_kv_heads * d_head, d_model)),
+            rng.normal(size=(n_kv_heads * d_head, d_model)), rng.normal(size=(d_model, n_heads * d_head)) / 2)
+
+
+def _attention_case(rng, n_heads, n_kv_heads, d_head, t, *extra):
+    d_model = n_heads * d_head
+    x = rng.normal(size=(int(rng.integers(1, 3)), t, d_model)) / np.sqrt(d_model)
+    base = float(np.exp(rng.uniform(np.log(10), np.log(1e4))))
+    return Case((x, *_attention_weights(rng, d_model, n_heads, n_kv_heads), n_heads, n_kv_heads, base, *extra))
+
+
+def _attention(rng):
+    return [_attention_case(rng, 6, 2, 2, 5),  # groups of 3 consecutive heads: h // 3 differs from h % 2
+            _attention_case(rng, 4, 4, 4, 4),
+            _attention_case(rng, 2, 1, 6, int(rng.integers(1, 8)))]
+
+
+def _attention_cache(rng):
+    t = int(rng.integers(2, 8))
+    return [_attention_case(rng, 4, 2, 2, 5, 3), _attention_case(rng, 2, 1, 4, t, int(rng.integers(1, t)))]
+
+
+def _llama(rng):
+    config = _random_config(rng)
+    idx = lambda c, t: rng.integers(0, c["vocab_size"], size=(2, t))
+    return [Case((flatten(random_weights(rng, TINY)), TINY, idx(TINY, 9))),
+            Case((flatten(random_weights(rng, config)), config, idx(config, int(rng.integers(1, 9)))))]
+
+
+def _llama_cache(rng):
+    config = _random_config(rng)
+    t = int(rng.integers(2, 9))
+    return [Case((flatten(random_weights(rng, TINY)), TINY, rng.integers(0, 36, size=(2, 8)), 3)),
+            Case((flatten(random_weights(rng, config)), config, rng.integers(0, config["vocab_size"], size=(1, t)),
+                  int(rng.integers(1, t))))]
+
+
+def _adamw_case(rng, shape, steps, weight_decay):
+    grads = rng.normal(size=(steps, *shape)) * 10.0 ** rng.integers(-3, 2, size=(steps,) + (1,) * len(shape))
+    lrs = rng.uniform(0.01, 0.1, size=steps)
+    betas = [float(rng.uniform(0.7, 0.95)), float(rng.uniform(0.9, 0.999))]
+    return Case((rng.normal(size=shape), grads, lrs, betas, float(rng.choice([1e-8, 1e-3])), weight_decay))
+
+
+def _adamw(rng):
+    return [Case((np.ones(3), np.full((3, 3), 1e-4), np.array([0.1, 0.1, 0.1]), [0.9, 0.999], 1e-8, 0.0)),
+            Case((np.array([2.0, -1.0]), np.array([[1.0, 1.0], [1.0, -1.0], [0.0, 0.0]]), np.array([0.5, 0.2, 0.1]),
+                  [0.5, 0.9], 1e-3, 0.3)),
+            _adamw_case(rng, (2, 3), int(rng.integers(2, 7)), 0.0),
+            _adamw_case(rng, (4,), int(rng.integers(2, 7)), float(rng.uniform(0.01, 0.5)))]
+
+
+def _lr_schedule(rng):
+    max_lr, min_lr = float(rng.uniform(1e-3, 1.0)), 0.0
+    min_lr = max_lr * float(rng.uniform(0.01, 0.5))
+    warmup = int(rng.integers(1, 50))
+    cosine = warmup + int(rng.integers(1, 500))
+    fixed = [(0, 1.0, 0.1, 10, 110), (5, 1.0, 0.1, 10, 110), (10, 1.0, 0.1, 10, 110), (60, 1.0, 0.1, 10, 110),
+             (110, 1.0, 0.1, 10, 110), (111, 1.0, 0.1, 10, 110), (35, 2.0, 0.0, 10, 60)]
+    steps = [int(rng.integers(0, warmup)), warmup, int(rng.integers(warmup, cosine + 1)), cosine,
+             cosine + int(rng.integers(1, 100))]
+    return [Case(args) for args in fixed] + [Case((s, max_lr, min_lr, warmup, cosine)) for s in steps]
+
+
+def _clip(rng):
+    g1, g2 = rng.normal(size=(3, 4)), rng.normal(size=(5,))
+    norm = float(np.sqrt(np.sum(g1**2) + np.sum(g2**2)))
+    return [Case((np.array([3.0, 0.0]), np.array([4.0]), 1.0)),
+            Case((np.array([0.3, 0.0]), np.array([0.4]), 1.0)),
+            Case((np.array([[1.0, 2.0]]), np.array([2.0]), 10.0)),
+            Case((g1, g2, norm * float(rng.uniform(0.05, 0.9)))),
+            Case((g1 * 0.1, g2 * 0.1, norm))]
+
+
+def _training_case(rng, config, steps, batch, t, resume_at=None):
+    """Random batches and hyper-parameters; ``clip`` is below every gradient norm of these runs, so clipping acts at
+    every step (a missing or per-tensor clip shows)."""
+    xs = rng.integers(0, config["vocab_size"], size=(steps, batch, t))
+    ys = rng.integers(0, config["vocab_size"], size=(steps, batch, t))
+    warmup = int(rng.integers(1, steps - 1))  # cosine_steps = steps - 1 > warmup_steps
+    hp = {"max_lr": float(rng.uniform(0.01, 0.05)), "min_lr": 0.001, "warmup_steps": warmup,
+          "cosine_steps": steps - 1, "clip": float(rng.uniform(0.01, 0.05)), "betas": [0.9, 0.95],
+          "eps": 1e-8, "weight_decay": 0.1}
+    args = (flatten(random_weights(rng, config, scale=0.2)), config, xs, ys, hp)
+    return Case(args if resume_at is None else (*args, resume_at))
+
+
+def _train_steps(rng):
+    return [_training_case(rng, TINY, 5, 2, 6), _training_case(rng, _random_config(rng), 4, 2, 5)]
+
+
+def _resume(rng):
+    return [_training_case(rng, TINY, 6, 2, 6, 3), _training_case(rng, _random_config(rng), 5, 2, 4, 2)]
+
+
+@dataclass
+class HeldOutCase(Case):
+    """Fresh sentences: ``args`` holds the inputs ``(B, T)``; ``targets`` (never sent to the sandbox) the next
+    tokens."""
+
+    targets: np.ndarray = field(default_factory=lambda: np.zeros(0))
+
+
+def heldout_sentences(seed: int, shape=HELDOUT_SHAPE) -> np.ndarray:
+    """``shape[0]`` sequences of ``shape[1] + 1`` tokens, each sampled from the grammar's start (a sentence start)."""
+    rows, length = shape
+    return np.stack([synthetic_corpus(length + 1, seed=seed + i).numpy() for i in range(rows)])
+
+
+def _heldout(rng):
+    tokens = heldout_sentences(int(rng.integers(10**6, 2**31)))
+    return [HeldOutCase((tokens[:, :-1],), targets=tokens[:, 1:])]
+
+
+def heldout_loss(logits: np.ndarray, targets: np.ndarray) -> float:
+    """Mean cross-entropy (nats per token) of ``logits (B, T, V)`` against ``targets (B, T)``."""
+    return float(F.cross_entropy(torch.as_tensor(logits).reshape(-1, logits.shape[-1]),
+                                 torch.as_tensor(targets, dtype=torch.long).reshape(-1)))
+
+
+def _verdict_heldout(cases, returned):
+    case, (logits,) = cases[0], returned[0]
+    expected = (*case.targets.shape, default_grammar().vocab_size)
+    if logits.shape != expected:
+        return f"heldout_logits returned shape {logits.shape}; expected {expected} (B, T, vocab_size)"
+    if np.isnan(logits).any() or np.isposinf(logits).any():
+        return "heldout_logits returned logits that are nan or +inf"  # -inf (an impossible word) is allowed
+    loss = heldout_loss(logits, case.targets)
+    if not loss < LOSS_TARGET:
+        return (f"the held-out loss on {case.targets.size} fresh tokens is {loss:.4f} nats per token; the target is "
+                f"below {LOSS_TARGET} (the entropy rate is {default_grammar().entropy_rate():.4f})")
+    return None
+
+
+CHECKS = {
+    "test_rmsnorm": Check("rmsnorm_forward", _rmsnorm, ref_rmsnorm),
+    "test_swiglu": Check("swiglu_forward", _swiglu, ref_swiglu),
+    "test_rope": Check("rope_forward", _rope, ref_rope),
+    "test_attention": Check("attention_forward", _attention, ref_attention, depends_on=("RotaryEmbedding",)),
+    "test_attention_cache": Check("attention_cached", _attention_cache, ref_attention,
+                                  depends_on=("RotaryEmbedding",)),
+    "test_llama_logits": Check("llama_logits", _llama, ref_logits,
+                               depends_on=("RMSNorm", "SwiGLU", "RotaryEmbedding", "Attention")),
+    "test_llama_cache": Check("llama_cached_logits", _llama_cache, ref_logits,
+                              depends_on=("RMSNorm", "SwiGLU", "RotaryEmbedding", "Attention")),
+    "test_adamw": Check("adamw_trajectory", _adamw, ref_adamw),
+    "test_lr_schedule": Check("lr_schedule", _lr_schedule, ref_lr_schedule, rtol=1e-9, atol=1e-12),
+    "test_clip": Check("clip_two", _clip, ref_clip),
+    "test_train_steps": Check("trained_weights", _train_steps, ref_training, rtol=1e-6, atol=1e-9,
+                              depends_on=("Llama", "AdamW", "lr_schedule", "clip_grad_norm")),
+    "test_checkpoint": Check("resumed_weights", _resume, ref_training, rtol=1e-6, atol=1e-9,
+                             depends_on=("Llama", "AdamW", "lr_schedule", "clip_grad_norm", "train_steps")),
+    "test_heldout_loss": Check("heldout_logits", _heldout, ref_heldout, verdict=_verdict_heldout),
+}
+
+
+# --- the files the release ships ----------------------------------------------------------------------------
+
+
+@torch.no_grad()
+def release_files() -> dict[str, dict[str, np.ndarray]]:
+    """The arrays of ``ps11_checkpoint.npz`` (a tiny Llama ``TINY`` with random weights, inputs, and the
+    reference's outputs of each module, in float64) and ``ps11_corpus.npz`` (200,000 training tokens of the grammar
+    corpus, its vocabulary, and 32 held-out sentences for the visible test). Deterministic."""
+    rng = np.random.default_rng(11)
+    weights = random_weights(rng, TINY)
+    model = _loaded(TINY, flatten(weights))
+    block = model.blocks[0]
+    arrays = dict(weights)
+    arrays["rms_x"], arrays["rms_weight"] = rng.normal(size=(2, 3, 16)) + 0.5, rng.uniform(0.5, 1.5, size=16)
+    arrays["rms_out"] = ref_rmsnorm(arrays["rms_x"], arrays["rms_weight"], 1e-5)
+    arrays["ffn_x"] = rng.normal(size=(2, 3, 16))
+    arrays["ffn_out"] = block.ffn(_t(arrays["ffn_x"])).numpy()
+    arrays["rope_x"] = rng.normal(size=(2, 2, 6, 8))
+    arrays["rope_out"] = ref_rope(arrays["rope_x"], np.arange(6), 10000.0)
+    arrays["rope_far"] = ref_rope(arrays["rope_x"][:, :, :2], np.array([1000, 123457]), 10000.0)
+    arrays["attn_x"] = rng.normal(size=(2, 7, 16)) / 4
+    arrays["attn_out"] = block.attn(_t(arrays["attn_x"]), is_causal=True).numpy()
+    arrays["idx"] = rng.integers(0, 36, size=(2, 10))
+    arrays["logits"] = model(torch.as_tensor(arrays["idx"])).numpy()
+    grammar = default_grammar()
+    corpus = {"train": synthetic_corpus(200_000, seed=2024).numpy().astype(np.uint8),
+              "vocab": np.array(grammar.vocab), "heldout": heldout_sentences(7_000_000)}
+    return {"ps11_checkpoint.npz": arrays, "ps11_corpus.npz": corpus}
+
+
+def write_release_files(folder: Path) -> None:
+    """Write :func:`release_files` into ``folder`` (``solutions/ps11-train``; nbgrader copies them to the release)."""
+    for name, arrays in release_files().items():
+        np.savez_compressed(Path(folder) / name, **arrays)
+
+
+if __name__ == "__main__":
+    write_release_files(Path(__file__).resolve().parents[2] / "solutions" / "ps11-train")
