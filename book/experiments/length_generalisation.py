@@ -45,8 +45,10 @@ from __future__ import annotations
 
 import argparse
 import csv
+import fcntl
 import json
 import math
+import tempfile
 import time
 from dataclasses import asdict, replace
 from pathlib import Path
@@ -174,22 +176,21 @@ def evaluate_length(model: GPT, data: torch.Tensor, length: int):
 
 
 def previous_results(rerun: set[str]):
-    """The committed results of every encoding not in ``rerun``: (csv rows, by-position columns, runs)."""
-    def kept(name: str) -> bool:
-        return name not in rerun
-
+    """The committed results of every run (``<encoding>_<seed>``) not in ``rerun``: (csv rows, by-position
+    columns, runs)."""
     with open(DATA_DIR / "length_generalisation.csv") as f:
-        rows = [tuple(r) for r in list(csv.reader(f))[1:] if kept(r[0])]
+        rows = [tuple(r) for r in list(csv.reader(f))[1:] if f"{r[0]}_{r[1]}" not in rerun]
     with open(DATA_DIR / "length_generalisation_by_position.csv") as f:
         table = list(csv.DictReader(f))
     by_position = {c: torch.tensor([float(r[c]) for r in table if r[c]], dtype=torch.float64)
-                   for c in table[0] if c != "position" and kept(c.rsplit("_", 1)[0])}
+                   for c in table[0] if c != "position" and c not in rerun}
     runs = json.loads((DATA_DIR / "length_generalisation.json").read_text())["runs"]
-    return rows, by_position, {k: v for k, v in runs.items() if kept(k.rsplit("_", 1)[0])}
+    return rows, by_position, {k: v for k, v in runs.items() if k not in rerun}
 
 
-def main(only: tuple[str, ...] = ()) -> None:
-    """Train and evaluate every encoding; with ``only``, just those, merged into the existing result files."""
+def main(only: tuple[str, ...] = (), seeds: tuple[int, ...] = MODEL_SEEDS) -> None:
+    """Train and evaluate every encoding; with ``only`` (and ``seeds``), just those runs, merged into the
+    existing result files under a lock, so that several such reruns can run side by side."""
     encodings = only or ENCODINGS
     start, cpu_start = time.perf_counter(), time.process_time()
     DATA_DIR.mkdir(parents=True, exist_ok=True)
@@ -210,7 +211,7 @@ def main(only: tuple[str, ...] = ()) -> None:
     floor_all = reference[1 : ALL_SPAN + 1].mean().item()
 
     rows, by_position, t5_rows, runs = [], {}, [], {}
-    for seed in MODEL_SEEDS:
+    for seed in seeds:
         for encoding in encodings:
             t0 = time.perf_counter()
             torch.manual_seed(seed)
@@ -254,8 +255,10 @@ def main(only: tuple[str, ...] = ()) -> None:
                   + "  ".join(f"L={r[2]}: {r[3] or '-'}" for r in rows if r[1] == seed and r[0].startswith(encoding))
                   + f"  ({time.perf_counter() - t0:.0f} s)", flush=True)
 
-    if only:  # merge: the other encodings keep their committed results
-        rerun = set(only) | ({"t5_tied"} if "t5" in only else set())
+    lock = open(Path(tempfile.gettempdir()) / "llmarch-length-generalisation.lock", "w")
+    fcntl.flock(lock, fcntl.LOCK_EX)  # released when the process ends
+    if only:  # merge: the other runs keep their committed results
+        rerun = {f"{e}_{s}" for e in (*only, *(["t5_tied"] if "t5" in only else [])) for s in seeds}
         old_rows, old_by_position, old_runs = previous_results(rerun)
         rows, by_position, runs = old_rows + rows, {**old_by_position, **by_position}, {**old_runs, **runs}
     write_csv(DATA_DIR / "length_generalisation.csv", ["encoding", "seed", "eval_length", "nll_last", "nll_all",
@@ -290,7 +293,7 @@ def main(only: tuple[str, ...] = ()) -> None:
         "runs": runs,
         "total_seconds": round(time.perf_counter() - start, 1),
         "total_cpu_seconds": round(time.process_time() - cpu_start, 1),
-        "encodings_of_this_run": list(encodings),
+        "last_run": {"encodings": list(encodings), "seeds": list(seeds)},
     }
     (DATA_DIR / "length_generalisation.json").write_text(json.dumps(summary, indent=2) + "\n")
     print(f"done in {time.perf_counter() - start:.0f} s; results in {DATA_DIR}")
@@ -300,4 +303,6 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--only", nargs="+", choices=ENCODINGS, default=(),
                         help="rerun only these encodings and merge them into the committed results")
-    main(tuple(parser.parse_args().only))
+    parser.add_argument("--seeds", nargs="+", type=int, default=MODEL_SEEDS, help="with --only: these seeds")
+    args = parser.parse_args()
+    main(tuple(args.only), tuple(args.seeds))
