@@ -15,7 +15,7 @@ import torch
 from torch import nn
 
 from llmarch._checks import check_qkv, check_tensor, shape_str
-from llmarch.positional import POS_ENCODINGS, RotaryEmbedding, T5RelativeBias, alibi_bias
+from llmarch.positional import POS_ENCODINGS, KerpleBias, RotaryEmbedding, T5RelativeBias, alibi_bias
 
 __all__ = [
     "softmax",
@@ -168,8 +168,9 @@ class MultiHeadAttention(nn.Module):
     (``d_context -> n_kv_heads*d_head``), ``o_proj (n_heads*d_head -> d_model)``.
 
     ``pos_encoding`` (one of ``llmarch.positional.POS_ENCODINGS``) acts inside self-attention only for the
-    relative schemes: ``rope`` rotates q and k (never v), ``alibi`` and ``t5`` add a bias to the scores
-    (``t5`` with its own learned table, ``relative_bias``). ``none``, ``learned`` and ``sinusoidal`` change
+    relative schemes: ``rope`` rotates q and k (never v), ``alibi``, ``t5`` and ``kerple`` add a bias to the
+    scores (``t5`` and ``kerple`` with their own learned parameters, ``relative_bias``; ``kerple_variant`` is
+    ``log`` or ``power``). ``none``, ``learned`` and ``sinusoidal`` change
     nothing here: absolute encodings are added to the input embeddings (see ``llmarch.model.GPT``).
     RoPE is ``rotary`` (a ``llmarch.positional.RotaryEmbedding``: layout, partial rotation, scaling); by
     default the full, interleaved, unscaled rotation with base ``rope_base``.
@@ -189,6 +190,7 @@ class MultiHeadAttention(nn.Module):
         t5_num_buckets: int = 32,
         t5_max_distance: int = 128,
         rotary: RotaryEmbedding | None = None,
+        kerple_variant: str = "log",
     ):
         super().__init__()
         if pos_encoding not in POS_ENCODINGS:
@@ -214,7 +216,11 @@ class MultiHeadAttention(nn.Module):
             self.rotary = RotaryEmbedding(d_head, base=rope_base) if rotary is None else rotary
             if self.rotary.d_head != d_head:
                 raise ValueError(f"rotary is built for d_head={self.rotary.d_head} but the heads have d_head={d_head}")
-        self.relative_bias = T5RelativeBias(n_heads, t5_num_buckets, t5_max_distance) if pos_encoding == "t5" else None
+        self.relative_bias = None
+        if pos_encoding == "t5":
+            self.relative_bias = T5RelativeBias(n_heads, t5_num_buckets, t5_max_distance)
+        elif pos_encoding == "kerple":
+            self.relative_bias = KerpleBias(n_heads, kerple_variant)
 
     def split_heads(self, x: torch.Tensor, n_heads: int) -> torch.Tensor:
         """``(B, T, n_heads * d_head) -> (B, n_heads, T, d_head)``."""
@@ -255,9 +261,9 @@ class MultiHeadAttention(nn.Module):
         return self.rotary(q, positions), self.rotary(k, positions)
 
     def position_bias(self, t_q: int, t_k: int, bias=None, like: torch.Tensor | None = None):
-        """Add ALiBi's or T5's bias ``(H, t_q, t_k)`` to ``bias``; queries are the last ``t_q`` of the
-        ``t_k`` positions. Other encodings return ``bias`` unchanged."""
-        if self.pos_encoding not in ("alibi", "t5"):
+        """Add ALiBi's, T5's or KERPLE's bias ``(H, t_q, t_k)`` to ``bias``; queries are the last ``t_q`` of
+        the ``t_k`` positions. Other encodings return ``bias`` unchanged."""
+        if self.pos_encoding not in ("alibi", "t5", "kerple"):
             return bias
         extra = alibi_bias(self.n_heads, t_q, t_k) if self.pos_encoding == "alibi" else self.relative_bias(t_q, t_k)
         if like is not None:

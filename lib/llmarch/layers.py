@@ -186,7 +186,7 @@ class TransformerBlock(nn.Module):
     encoder-decoder model). Submodules: ``attn``, ``norm1``, ``cross_attn``/``norm_cross``, ``ffn``, ``norm2``.
     ``norm`` is ``layernorm`` or ``rmsnorm`` (eps ``eps``); ``ffn`` is ``mlp`` (:class:`FeedForward`) or
     ``swiglu`` (:class:`SwiGLU`, with ``activation`` as its gate); ``bias`` is the attention's, ``mlp_bias``
-    the FFN's (default: ``bias``). ``pos_encoding`` and ``rotary`` go to the self-attention (see
+    the FFN's (default: ``bias``). ``pos_encoding``, ``rotary`` and ``kerple_variant`` go to the self-attention (see
     ``MultiHeadAttention``).
     Shapes: ``x (B, T, d_model)``, ``context (B, T_c, d_model)`` -> ``(B, T, d_model)``.
     """
@@ -209,13 +209,15 @@ class TransformerBlock(nn.Module):
         ffn: str = "mlp",
         mlp_bias: bool | None = None,
         rotary: RotaryEmbedding | None = None,
+        kerple_variant: str = "log",
     ):
         super().__init__()
         if ffn not in FFNS:
             raise ValueError(f"ffn must be one of {FFNS}, got {ffn!r}")
         self.norm_first = norm_first
         self.attn = MultiHeadAttention(d_model, n_heads, n_kv_heads=n_kv_heads, bias=bias, dropout=dropout,
-                                       pos_encoding=pos_encoding, rope_base=rope_base, rotary=rotary)
+                                       pos_encoding=pos_encoding, rope_base=rope_base, rotary=rotary,
+                                       kerple_variant=kerple_variant)
         self.norm1 = _make_norm(norm, d_model, eps)
         if cross_attention:
             self.cross_attn = MultiHeadAttention(d_model, n_heads, n_kv_heads=n_kv_heads, bias=bias, dropout=dropout)

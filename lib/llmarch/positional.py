@@ -1,5 +1,5 @@
 """Positional encodings: absolute (sinusoidal, learned), rotary (RoPE), relative (T5 buckets, Shaw et al.),
-ALiBi, and none (NoPE).
+ALiBi, KERPLE, and none (NoPE).
 
 Book: Positional encodings (``book/positional-encodings.md``) and Deriving RoPE (``book/rope.md``).
 
@@ -10,7 +10,7 @@ Conventions (DESIGN.md), stated once here:
   ``interleaved=True`` (default, the RoFormer paper) pairs adjacent features ``(2i, 2i+1)``;
   ``interleaved=False`` pairs ``i`` with ``i + d/2`` (the "rotate-half" layout of GPT-NeoX and Llama);
 - T5 buckets take ``relative_position = key_position - query_position``, as the official implementation does;
-- ALiBi and T5 return additive biases for the attention scores, shape ``(H, t_q, t_k)``.
+- ALiBi, KERPLE and T5 return additive biases for the attention scores, shape ``(H, t_q, t_k)``.
 """
 
 from __future__ import annotations
@@ -38,11 +38,15 @@ __all__ = [
     "T5RelativeBias",
     "alibi_slopes",
     "alibi_bias",
+    "KERPLE_VARIANTS",
+    "kerple_bias",
+    "KerpleBias",
     "shaw_relative_positions",
     "ShawRelativePositions",
 ]
 
-POS_ENCODINGS = ("none", "learned", "sinusoidal", "t5", "alibi", "rope")
+POS_ENCODINGS = ("none", "learned", "sinusoidal", "t5", "alibi", "rope", "kerple")
+KERPLE_VARIANTS = ("log", "power")
 
 
 def _check_even(d: int, what: str) -> None:
@@ -401,6 +405,79 @@ def alibi_bias(n_heads: int, t_q: int, t_k: int | None = None, offset: int | Non
     offset = t_k - t_q if offset is None else offset
     distance = (torch.arange(t_q)[:, None] + offset) - torch.arange(t_k)[None, :]
     return (-alibi_slopes(n_heads)[:, None, None] * distance).float()
+
+
+def kerple_bias(n_heads: int, t_q: int, t_k: int | None = None, variant: str = "log", r1=1.0, r2=1.0,
+                offset: int | None = None) -> torch.Tensor:
+    """KERPLE's additive bias (Chi et al., 2022), shape ``(n_heads, t_q, t_k)``, with ``n = |i + offset - j|``:
+
+    - ``variant="log"``:   ``b[h, i, j] = -r1[h] * log(1 + r2[h] * n)``;
+    - ``variant="power"``: ``b[h, i, j] = -r1[h] * n ** r2[h]``, with ``0 < r2 <= 2``.
+
+    Book: Positional encodings, "KERPLE". ``r1`` and ``r2`` are positive floats or ``(n_heads,)`` tensors
+    (gradients flow through them); query ``i`` sits at position ``i + offset`` (default ``t_k - t_q``). The power
+    variant with ``r2 = 1`` and ``r1`` the ALiBi slopes is ALiBi on every causal entry. Computed in the dtype of
+    the tensor parameters (float32 for plain numbers), on their device.
+    """
+    if variant not in KERPLE_VARIANTS:
+        raise ValueError(f"KERPLE variant must be one of {KERPLE_VARIANTS}, got {variant!r}")
+    t_k = t_q if t_k is None else t_k
+    offset = t_k - t_q if offset is None else offset
+    like = next((r for r in (r1, r2) if isinstance(r, torch.Tensor)), None)
+    factory = {"dtype": torch.float32} if like is None else {"dtype": like.dtype, "device": like.device}
+    r1, r2 = (torch.as_tensor(r, **factory) for r in (r1, r2))
+    for name, r in (("r1", r1), ("r2", r2)):
+        if r.numel() not in (1, n_heads) or r.dim() > 1:
+            raise ValueError(f"{name} has shape {shape_str(r.shape)}: expected a number or ({n_heads},), one per head")
+    r1, r2 = (r.expand(n_heads)[:, None, None] for r in (r1, r2))
+    if (r1 <= 0).any() or (r2 <= 0).any() or (variant == "power" and (r2 > 2).any()):
+        bound = "0 < r2 <= 2" if variant == "power" else "r2 > 0"
+        raise ValueError(f"KERPLE's {variant} kernel needs r1 > 0 and {bound}, got r1={r1.flatten().tolist()}, "
+                         f"r2={r2.flatten().tolist()}")
+    return _kerple_kernel(t_q, t_k, offset, variant, r1, r2)
+
+
+def _kerple_kernel(t_q: int, t_k: int, offset: int, variant: str, r1: torch.Tensor, r2: torch.Tensor):
+    """:func:`kerple_bias` without the checks, for ``r1, r2`` of shape ``(H, 1, 1)`` known to be valid."""
+    position = torch.arange(t_q, device=r1.device)[:, None] + offset
+    distance = (position - torch.arange(t_k, device=r1.device)[None, :]).abs().to(r1.dtype)
+    if variant == "log":
+        return -r1 * torch.log1p(r2 * distance)
+    # n ** r2 at n = 0 is 0; its derivative in r2 there (0 * log 0) would be nan, so n = 0 is taken apart
+    powered = torch.where(distance > 0, distance.clamp(min=1) ** r2, torch.zeros_like(distance))
+    return -r1 * powered
+
+
+class KerpleBias(nn.Module):
+    """KERPLE's bias with learned, positive per-head ``r1`` and ``r2`` (:func:`kerple_bias`).
+
+    Book: Positional encodings, "KERPLE". Positivity is built into the parametrisation instead of clamping:
+    ``r = softplus(raw)`` (and ``r2 = 2 sigmoid(raw)`` for the power variant, so ``0 < r2 < 2``). At
+    initialisation ``r1 ~ U(0, 2)`` and ``r2 ~ U(0, 1)`` per head, the ranges of the authors' code.
+    ``forward(t_q, t_k, offset=None)`` returns ``(n_heads, t_q, t_k)`` as :class:`T5RelativeBias` does.
+    """
+
+    def __init__(self, n_heads: int, variant: str = "log"):
+        super().__init__()
+        if variant not in KERPLE_VARIANTS:
+            raise ValueError(f"KERPLE variant must be one of {KERPLE_VARIANTS}, got {variant!r}")
+        self.n_heads, self.variant = n_heads, variant
+        r1 = torch.rand(n_heads).mul(2).clamp(min=1e-2)
+        r2 = torch.rand(n_heads).clamp(min=1e-2)
+        self.raw_r1 = nn.Parameter(r1.expm1().log())  # the inverse of softplus
+        self.raw_r2 = nn.Parameter(r2.expm1().log() if variant == "log" else torch.logit(r2 / 2))
+
+    @property
+    def r1(self) -> torch.Tensor:
+        return nn.functional.softplus(self.raw_r1)
+
+    @property
+    def r2(self) -> torch.Tensor:
+        return nn.functional.softplus(self.raw_r2) if self.variant == "log" else 2 * torch.sigmoid(self.raw_r2)
+
+    def forward(self, t_q: int, t_k: int, offset: int | None = None) -> torch.Tensor:
+        offset = t_k - t_q if offset is None else offset  # r1, r2 > 0 by construction: no check (and no sync)
+        return _kerple_kernel(t_q, t_k, offset, self.variant, self.r1[:, None, None], self.r2[:, None, None])
 
 
 def shaw_relative_positions(t_q: int, t_k: int, max_distance: int, offset: int | None = None) -> torch.Tensor:

@@ -33,6 +33,7 @@ from llmarch.efficient.dispatch import BACKENDS, attention, select_backend
 from llmarch.efficient.flash import _tiles, attention_memory_bytes, flash_attention  # _tiles: used by the book
 from llmarch.efficient.flex import (
     alibi_score_mod,
+    kerple_score_mod,
     causal_mask_mod,
     dense_mask_mod,
     flex_alibi,
@@ -85,6 +86,7 @@ __all__ = [
     "sliding_window_mask_mod",
     "dense_mask_mod",
     "alibi_score_mod",
+    "kerple_score_mod",
     "t5_score_mod",
     "flex_attention_with",
     "flex_sliding_window",

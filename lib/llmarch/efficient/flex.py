@@ -1,5 +1,5 @@
 """FlexAttention (``torch.nn.attention.flex_attention``): ``mask_mod`` and ``score_mod`` builders for the
-causal, sliding-window, dense-mask, ALiBi and T5 cases, and the ``flex_*`` attention functions that use them.
+causal, sliding-window, dense-mask, ALiBi, KERPLE and T5 cases, and the ``flex_*`` attention functions that use them.
 
 Book: Efficient attention, "GPU paths".
 """
@@ -12,13 +12,14 @@ import torch
 
 from llmarch._checks import check_tensor, shape_str
 from llmarch.efficient._validation import _check_int, _check_qkv
-from llmarch.positional import t5_relative_bucket
+from llmarch.positional import KERPLE_VARIANTS, t5_relative_bucket
 
 __all__ = [
     "causal_mask_mod",
     "sliding_window_mask_mod",
     "dense_mask_mod",
     "alibi_score_mod",
+    "kerple_score_mod",
     "t5_score_mod",
     "flex_attention_with",
     "flex_sliding_window",
@@ -103,6 +104,27 @@ def t5_score_mod(bias_table: torch.Tensor, num_buckets: int, max_distance: int, 
     def score_mod(score, b, h, q_idx, kv_idx):
         bucket = t5_relative_bucket(kv_idx - q_idx - offset, bidirectional, num_buckets, max_distance)
         return score + bias_table[bucket, h].to(score.dtype)
+
+    return score_mod
+
+
+def kerple_score_mod(r1: torch.Tensor, r2: torch.Tensor, variant: str = "log", offset: int = 0):
+    """FlexAttention ``score_mod`` of KERPLE, the bias of :func:`llmarch.positional.kerple_bias` with
+    ``n = |q_idx + offset - kv_idx|``: ``score - r1[h] log(1 + r2[h] n)`` (``log``) or ``score - r1[h] n^r2[h]``
+    (``power``). ``r1, r2 (H,)``, e.g. ``KerpleBias.r1`` and ``.r2`` (detached).
+
+    Book: Positional encodings, "KERPLE".
+    """
+    check_tensor("r1", r1, dims=1, floating=True)
+    check_tensor("r2", r2, dims=1, floating=True)
+    if variant not in KERPLE_VARIANTS:
+        raise ValueError(f"KERPLE variant must be one of {KERPLE_VARIANTS}, got {variant!r}")
+
+    def score_mod(score, b, h, q_idx, kv_idx):
+        distance = (q_idx + offset - kv_idx).abs().to(score.dtype)
+        if variant == "log":
+            return score - r1[h].to(score.dtype) * torch.log1p(r2[h].to(score.dtype) * distance)
+        return score - r1[h].to(score.dtype) * distance.pow(r2[h].to(score.dtype))
 
     return score_mod
 

@@ -9,7 +9,7 @@ import dataclasses
 from dataclasses import dataclass
 
 from llmarch.layers import FFNS, NORMS, swiglu_hidden_size
-from llmarch.positional import POS_ENCODINGS, RotaryEmbedding, check_rope_scaling
+from llmarch.positional import KERPLE_VARIANTS, POS_ENCODINGS, RotaryEmbedding, check_rope_scaling
 
 __all__ = ["GPTConfig", "gpt1_config", "gpt2_config", "llama_config", "tiny_gpt_config", "ROPE_LAYOUTS"]
 
@@ -30,6 +30,7 @@ class GPTConfig:
       as GPT-NeoX and Llama do), ``rotary_fraction`` (rotate only the first ``int(d_head * fraction)`` features
       of each head: GPT-J, GPT-NeoX's ``rotary_pct``) and ``rope_scaling`` (``None`` or a dict with
       ``rope_type`` in linear (Chen et al., 2023), dynamic (dynamic NTK), yarn (Peng et al., 2023), llama3).
+    - ``kerple_variant`` (``pos_encoding="kerple"``, Chi et al., 2022): ``log`` or ``power`` kernel.
     - ``n_kv_heads``: grouped-query attention (Ainslie et al., 2023; ``1`` is multi-query attention,
       Shazeer, 2019). ``bias``: biases of the attention projections; ``mlp_bias``: of the FFN (default
       ``bias``). ``tie_embeddings``: the output layer shares the token embedding (Press & Wolf, 2017).
@@ -58,6 +59,7 @@ class GPTConfig:
     rotary_fraction: float = 1.0
     rope_scaling: dict | None = None
     scale_embeddings: bool = False
+    kerple_variant: str = "log"
 
     def __post_init__(self):
         if self.pos_encoding not in POS_ENCODINGS:
@@ -75,6 +77,8 @@ class GPTConfig:
             raise ValueError(f"GPTConfig.ffn must be one of {FFNS}, got {self.ffn!r}")
         if self.rope_layout not in ROPE_LAYOUTS:
             raise ValueError(f"GPTConfig.rope_layout must be one of {ROPE_LAYOUTS}, got {self.rope_layout!r}")
+        if self.kerple_variant not in KERPLE_VARIANTS:
+            raise ValueError(f"GPTConfig.kerple_variant must be one of {KERPLE_VARIANTS}, got {self.kerple_variant!r}")
         self.rope_scaling = check_rope_scaling(self.rope_scaling)
         if self.pos_encoding == "rope":
             self.rotary()  # validates rotary_fraction and the scaling rule

@@ -40,7 +40,7 @@ class GPT(nn.Module):
     Norms, FFN, attention options and RoPE variants follow ``config`` (:class:`GPTConfig`), from GPT-1 to
     Llama 3. ``config.pos_encoding``: ``learned`` (``P`` is the trained table
     ``pos_emb``, GPT-1/2), ``sinusoidal`` (``P`` is the fixed table, buffer ``pos_table``), ``none`` (NoPE),
-    or one of the relative schemes applied in every attention layer: ``rope``, ``alibi``, ``t5``.
+    or one of the relative schemes applied in every attention layer: ``rope``, ``alibi``, ``t5``, ``kerple``.
     Submodules: ``tok_emb``, ``pos_emb`` (learned only), ``blocks``, ``norm_f``, ``lm_head``.
     """
 
@@ -59,7 +59,7 @@ class GPT(nn.Module):
                 c.d_model, c.n_heads, d_ff=c.ffn_hidden, n_kv_heads=c.n_kv_heads, dropout=c.dropout,
                 activation=c.ffn_activation, norm_first=c.norm_first, norm=c.norm, eps=c.norm_eps, ffn=c.ffn,
                 bias=c.bias, mlp_bias=c.mlp_bias, pos_encoding=c.pos_encoding, rope_base=c.rope_base,
-                rotary=rotary,
+                rotary=rotary, kerple_variant=c.kerple_variant,
             )
             for _ in range(c.n_layers)
         )
