@@ -26,7 +26,8 @@ from llmarch.webdata.pipeline import (
     write_outputs,
 )
 from llmarch.webdata.__main__ import main as webdata_main
-from llmarch.webdata.warc import ReadError, decode_html, extract_text, iter_warc
+from llmarch.webdata.decode import decode_html, extract_text
+from llmarch.webdata.warc import ReadError, iter_warc
 
 N_PAGES, SEED = 120, 1
 OUTPUTS = ("kept.jsonl", "removed.jsonl", "stats.json")
@@ -144,7 +145,9 @@ def test_extraction_keeps_the_article_and_drops_the_boilerplate():
         assert boilerplate not in text
     assert decode_html("Größe".encode("latin-1"), "text/html; charset=ISO-8859-1") == "Größe"
     assert decode_html("Größe".encode("utf-8"), "text/html") == "Größe"  # no charset: UTF-8
-    assert decode_html(b"caf\xe9", "text/html; charset=no-such-codec") == "caf\ufffd"  # unknown: UTF-8, replaced
+    # an unknown label falls through to the detector
+    russian = "Привет! Это тестовая страница на русском языке, в кодировке windows-1251."
+    assert decode_html(russian.encode("cp1251"), "text/html; charset=no-such-codec") == russian
     with pytest.raises(ValueError):
         extract_text("not bytes")
 

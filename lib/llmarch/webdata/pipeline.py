@@ -5,7 +5,9 @@ Book: Pretraining data, "The pipeline".
 
 Stages, in order (each keeps its own counts, and gives a reason for every document it removes):
 
-- ``extract``: read the record, keep HTTP 2xx HTML responses, extract the main text (trafilatura);
+- ``extract``: read the record, keep HTTP 2xx HTML responses and HTML resources, decode them as browsers do
+  and extract the main text (trafilatura); WET ``conversion`` records are text already. It runs while the
+  file is read, so that a worker holds the text of a file's pages, not its records;
 - ``language``: keep English with probability >= ``min_language_probability`` (py3langid);
 - ``gopher_repetition``: Gopher's repetition rules (duplicate lines, paragraphs and n-grams);
 - ``gopher_quality``: Gopher's quality rules (length, word length, symbols, bullets, stop words);
@@ -20,8 +22,8 @@ Stages, in order (each keeps its own counts, and gives a reason for every docume
 record in the file). The deduplication stages keep the first document of each group in this order, so a
 page's first appearance in the crawl survives its copies, whatever the partitioning.
 
-**Scale-out.** The per-document stages (``extract`` to ``pii``) are a ``map`` over a ``dask.bag`` of records,
-split into ``partitions`` partitions. Each deduplication stage is global and needs a shuffle, not a
+**Scale-out.** ``extract`` runs in one task per input file; the other per-document stages (``language`` to
+``pii``) are a ``map`` over a ``dask.bag`` of documents, split into ``partitions`` partitions. Each deduplication stage is global and needs a shuffle, not a
 per-partition pass (which would miss duplicates in different partitions):
 
 - exact: a ``groupby`` (task-based shuffle) on the hash of the normalised text; in each group the first
@@ -48,8 +50,9 @@ or worker saw a document.
 
 **Outputs** (written atomically: a temporary file, then a rename; rows in document order):
 
-- ``kept.jsonl``: ``{"id", "url", "source", "offset", "text"}`` per kept document;
-- ``removed.jsonl``: ``{"id", "url", "source", "offset", "stage", "reasons", "duplicate_of", "excerpt"}``
+- ``kept.jsonl``: ``{"id", "url", "source", "offset", "charset", "text"}`` per kept document;
+- ``removed.jsonl``: ``{"id", "url", "source", "offset", "charset", "stage", "reasons", "duplicate_of",
+  "excerpt"}``
   per removed document (``excerpt``: the first 300 characters of its text when removed);
 - ``stats.json``: the inputs, record counts, read errors and, per stage, the documents and bytes (UTF-8 text;
   the HTML payload for ``extract``'s input) in and out, the removal reasons and the number of documents a
@@ -89,7 +92,8 @@ from .minhash import (
 from .pii import find_pii, redact_pii
 from .quality import FilterResult, c4_filter, gopher_quality_filter, gopher_repetition_filter
 from .suffix import repeated_spans_across
-from .warc import ReadError, WarcRecord, extract_text, is_html, iter_warc
+from .decode import decode_payload, html_to_text, is_html
+from .warc import PAGE_RECORD_TYPES, ReadError, WarcRecord, iter_warc
 
 __all__ = ["STAGES", "PipelineConfig", "Document", "PipelineResult", "run_pipeline", "write_outputs",
            "pipeline_stats"]
@@ -164,7 +168,8 @@ class Document:
     ``order`` is ``(input index, offset)``; ``text`` the current text; ``removed_by`` the stage that removed it
     (``None`` while kept) with its ``reasons`` and, for a duplicate, the ``id`` it duplicates; ``trace`` has one
     ``(stage, bytes in, bytes out, modified)`` per stage the document entered (bytes out 0 when removed);
-    ``pii`` counts the replacements of each kind.
+    ``pii`` counts the replacements of each kind; ``charset`` is the codec the page was decoded with and where
+    it was found (``"cp1251 (meta)"``, see :func:`llmarch.webdata.decode.detect_charset`).
 
     Book: Pretraining data, "The pipeline"
     """
@@ -180,6 +185,7 @@ class Document:
     duplicate_of: str | None = None
     trace: tuple[tuple[str, int, int, bool], ...] = ()
     pii: tuple[tuple[str, int], ...] = ()
+    charset: str = ""
 
     @property
     def kept(self) -> bool:
@@ -219,51 +225,62 @@ def _removed(doc: Document, stage: str, reasons: Sequence[str], duplicate_of: st
 
 # -- Reading and the per-document stages ------------------------------------------------------------------------
 
-def read_input(path: str, index: int) -> tuple[list[tuple[int, WarcRecord]], list[ReadError], dict[str, int]]:
-    """Read one WARC file: its response records (with the input ``index``), its read errors, and the number
-    of records of each type.
+def read_input(path: str, index: int) -> tuple[list[Document], list[ReadError], dict[str, int]]:
+    """Read one WARC or ARC file record by record: the documents of its page records
+    (:data:`~llmarch.webdata.warc.PAGE_RECORD_TYPES`) after the ``extract`` stage (so that only their text
+    is held, never the file), its read errors, and the number of records of each type.
 
     Book: Pretraining data, "The pipeline"
     """
-    responses, errors, types = [], [], Counter()
+    documents, errors, types = [], [], Counter()
     for item in iter_warc(path):
         if isinstance(item, ReadError):
             errors.append(item)
             continue
         types[item.rec_type] += 1
-        if item.rec_type == "response":
-            responses.append((index, item))
-    return responses, errors, dict(types)
+        if item.rec_type in PAGE_RECORD_TYPES:
+            documents.append(extract_stage(index, item))
+    return documents, errors, dict(types)
+
+
+def _page_text(record: WarcRecord) -> tuple[str | None, str, str]:
+    """``(reason or None, text, charset)`` of a page record (see :func:`extract_stage`)."""
+    media = record.content_type.split(";")[0].strip().lower() or "unknown"
+    if record.rec_type == "response" and (record.status is None or not 200 <= record.status < 300):
+        return f"extract:http_status:{record.status}", "", ""
+    if record.rec_type == "conversion":  # a WET record: the text was already extracted, in UTF-8
+        if media != "text/plain":
+            return f"extract:not_text:{media}", "", ""
+        return None, record.payload.decode("utf-8", errors="replace").strip(), "utf-8 (wet)"
+    if not is_html(record.content_type):
+        return f"extract:not_html:{media}", "", ""
+    if not record.payload.strip():
+        return "extract:empty_payload", "", ""
+    html, codec, source = decode_payload(record.payload, record.content_type)
+    try:
+        return None, html_to_text(html, record.url or None), f"{codec} ({source})"
+    except Exception as exc:  # noqa: BLE001 - one page the extractor cannot parse must not stop the run
+        return f"extract:extractor_error:{type(exc).__name__}", "", f"{codec} ({source})"
 
 
 def extract_stage(index: int, record: WarcRecord) -> Document:
-    """Stage ``extract``: a Document from a response record, removed when the response is not a 2xx HTML page
-    with text (reasons ``extract:http_status:<code>``, ``extract:not_html:<media type>``,
-    ``extract:empty_payload``, ``extract:no_text``, or ``extract:extractor_error:<exception>`` when the
-    extractor fails on the page).
+    """Stage ``extract``: a Document from a page record. A ``response`` must be a 2xx HTML page, a
+    ``resource`` an HTML document (no HTTP status), a ``conversion`` (WET) record plain text, which is kept
+    as it is. Reasons: ``extract:http_status:<code>``, ``extract:not_html:<media type>``,
+    ``extract:not_text:<media type>``, ``extract:empty_payload``, ``extract:no_text``, or
+    ``extract:extractor_error:<exception>`` when the extractor fails on the page.
 
     Book: Pretraining data, "The pipeline"
     """
     doc = Document(record.id, record.url, record.source, record.offset, (index, record.offset))
     step_in = len(record.payload)
-    reason = None
-    if record.status is None or not 200 <= record.status < 300:
-        reason = f"extract:http_status:{record.status}"
-    elif not is_html(record.content_type):
-        reason = f"extract:not_html:{record.content_type.split(';')[0].strip().lower() or 'unknown'}"
-    elif not record.payload.strip():
-        reason = "extract:empty_payload"
-    text = ""
-    if reason is None:
-        try:
-            text = extract_text(record.payload, record.content_type, record.url)
-        except Exception as exc:  # noqa: BLE001 - one page the extractor cannot parse must not stop the run
-            reason = f"extract:extractor_error:{type(exc).__name__}"
+    reason, text, charset = _page_text(record)
     if reason is None and not text:
         reason = "extract:no_text"
     if reason:
-        return replace(doc, removed_by="extract", reasons=(reason,), trace=(("extract", step_in, 0, False),))
-    return replace(doc, text=text, trace=(("extract", step_in, _nbytes(text), True),))
+        return replace(doc, removed_by="extract", reasons=(reason,), charset=charset,
+                       trace=(("extract", step_in, 0, False),))
+    return replace(doc, text=text, charset=charset, trace=(("extract", step_in, _nbytes(text), True),))
 
 
 def _filter(doc: Document, stage: str, result: FilterResult) -> Document:
@@ -291,8 +308,8 @@ def document_stages(doc: Document, config: PipelineConfig) -> Document:
     return _passed(doc, "pii", redact_pii(doc.text), pii=tuple(sorted(found.items())))
 
 
-def _process_partition(items: list[tuple[int, WarcRecord]], config: PipelineConfig) -> list[Document]:
-    return [document_stages(extract_stage(index, record), config) for index, record in items]
+def _process_partition(documents: list[Document], config: PipelineConfig) -> list[Document]:
+    return [document_stages(doc, config) for doc in documents]
 
 
 # -- Exact deduplication ----------------------------------------------------------------------------------------
@@ -489,8 +506,8 @@ def run_pipeline(paths, config: PipelineConfig | None = None, client=None, progr
     delayed_cfg = dask.delayed(config, traverse=False)
 
     reads = [dask.delayed(read_input, nout=3, pure=True)(name, i) for i, name in enumerate(names)]
-    records = db.from_delayed([r[0] for r in reads]).repartition(config.partitions)
-    docs = records.map_partitions(_process_partition, delayed_cfg)
+    extracted = db.from_delayed([r[0] for r in reads]).repartition(config.partitions)
+    docs = extracted.map_partitions(_process_partition, delayed_cfg)
     meta = dask.delayed(list)([dask.delayed(tuple)([r[1], r[2]]) for r in reads])
     docs, meta = run.persist("extract and filter", docs, meta)
     meta = meta.compute(scheduler="sync") if client is None else client.compute(meta, sync=True)
@@ -521,8 +538,12 @@ def run_pipeline(paths, config: PipelineConfig | None = None, client=None, progr
     inputs = []
     for name, (read_errors, counts) in zip(names, meta):
         types.update(counts)
-        inputs.append({"source": name, "records": sum(counts.values()), "responses": counts.get("response", 0),
-                       "read_errors": len(read_errors)})
+        pages = sum(counts.get(kind, 0) for kind in PAGE_RECORD_TYPES)
+        entry = {"source": name, "records": sum(counts.values()), "responses": counts.get("response", 0),
+                 "pages": pages, "read_errors": len(read_errors)}
+        if not pages:
+            entry["warning"] = "no page record (response, resource or conversion) in this file"
+        inputs.append(entry)
     return PipelineResult(documents, errors, dict(sorted(types.items())), inputs)
 
 
@@ -591,9 +612,9 @@ def write_outputs(out_dir, result: PipelineResult, config: PipelineConfig) -> di
     for doc in result.documents:
         base = {"id": doc.id, "url": doc.url, "source": doc.source, "offset": doc.offset}
         if doc.kept:
-            kept.append(_json_line({**base, "text": doc.text}))
+            kept.append(_json_line({**base, "charset": doc.charset, "text": doc.text}))
         else:
-            removed.append(_json_line({**base, "stage": doc.removed_by, "reasons": list(doc.reasons),
+            removed.append(_json_line({**base, "charset": doc.charset, "stage": doc.removed_by, "reasons": list(doc.reasons),
                                        "duplicate_of": doc.duplicate_of, "excerpt": doc.text[:EXCERPT_CHARS]}))
     stats = pipeline_stats(result, config)
     _write_atomic(out / "kept.jsonl", "".join(kept))
