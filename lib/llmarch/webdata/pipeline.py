@@ -8,9 +8,13 @@ Stages, in order (each keeps its own counts, and gives a reason for every docume
 - ``extract``: read the record, keep HTTP 2xx HTML responses and HTML resources, decode them as browsers do
   and extract the main text (trafilatura); WET ``conversion`` records are text already. It runs while the
   file is read, so that a worker holds the text of a file's pages, not its records;
-- ``language``: keep English with probability >= ``min_language_probability`` (py3langid);
+- ``language``: keep the ``languages`` (default English) with probability >= ``min_language_probability``
+  (py3langid); the later filters use the rules of the language found (:mod:`.languages`);
+- ``gopher_quality``: Gopher's quality rules (length, word length, symbols, bullets, stop words), linear in
+  the text and run first: an 8 MB one-line page fails its word count before the repetition statistics
+  spend seconds on it (the two filters change no text, so their order changes which stage names a page
+  that fails both, never what is kept);
 - ``gopher_repetition``: Gopher's repetition rules (duplicate lines, paragraphs and n-grams);
-- ``gopher_quality``: Gopher's quality rules (length, word length, symbols, bullets, stop words);
 - ``c4``: C4's line rules (lines dropped) and page rules (page removed);
 - ``pii``: e-mail addresses, phone numbers and IPv4 addresses replaced (a transform: it removes nothing);
 - ``exact_dedup``: one document per hash of the normalised text, across all inputs;
@@ -34,10 +38,12 @@ per-partition pass (which would miss duplicates in different partitions):
   and the connected components of the verified pairs (union-find) are the clusters: the first document of
   each stays;
 - substring: one suffix array over the word tokens of all remaining documents (:func:`repeated_spans_across`);
-  it removes **every** occurrence of a repeated span, the first one included, as the ``repeated_spans``
-  of the library define them: text that the corpus repeats verbatim (licences, boilerplate, quoted passages)
-  is removed from all documents, while the documents themselves stay unless too little is left. Keeping the
-  first occurrence would keep one copy of each boilerplate passage, in whichever document came first.
+  by default it removes **every** occurrence of a repeated span, the first one included, as the
+  ``repeated_spans`` of the library define them: text that the corpus repeats verbatim (licences,
+  boilerplate, quoted passages) is removed from all documents, while the documents themselves stay unless
+  too little is left. With ``substring_keep_first`` the first occurrence stays (one copy of each
+  boilerplate passage, in whichever document came first): on real pages, where near dedup misses edited
+  copies, the default cuts the shared text out of the original too.
 
 Between the stages the driver (this process) receives the decisions: the duplicates of each group, the
 candidate pairs and the shingle hashes of their documents (verified and clustered here); the repeated spans
@@ -78,7 +84,7 @@ import numpy as np
 from dask.callbacks import Callback
 from tqdm import tqdm
 
-from .langid import language_filter
+from .langid import identify_language, language_decision
 from .minhash import (
     band_keys,
     choose_bands,
@@ -90,6 +96,7 @@ from .minhash import (
     words,
 )
 from .pii import find_pii, redact_pii
+from .languages import language_rules, language_words
 from .quality import FilterResult, c4_filter, gopher_quality_filter, gopher_repetition_filter
 from .suffix import repeated_spans_across
 from .decode import decode_payload, html_to_text, is_html
@@ -98,7 +105,7 @@ from .warc import PAGE_RECORD_TYPES, ReadError, WarcRecord, iter_warc
 __all__ = ["STAGES", "PipelineConfig", "Document", "PipelineResult", "run_pipeline", "write_outputs",
            "pipeline_stats"]
 
-STAGES = ("extract", "language", "gopher_repetition", "gopher_quality", "c4", "pii", "exact_dedup",
+STAGES = ("extract", "language", "gopher_quality", "gopher_repetition", "c4", "pii", "exact_dedup",
           "near_dedup", "substring_dedup")
 """The stages in the order they run; the names used in ``stats.json`` and ``removed.jsonl``."""
 
@@ -110,7 +117,12 @@ _TOKEN = re.compile(r"\S+")
 class PipelineConfig:
     """The pipeline's parameters (defaults in brackets).
 
-    ``languages`` (``("en",)``) and ``min_language_probability`` (0.5): the language filter.
+    ``languages`` (``("en",)``) and ``min_language_probability`` (0.5): the language filter; each language
+    must have filter rules (:data:`~llmarch.webdata.languages.LANGUAGE_RULES`).
+    ``c4_terminal_punctuation`` (True): C4's rule that drops lines without an end mark; False is FineWeb's
+    variant. ``substring_keep_first`` (False): exact-substring dedup cuts every occurrence of a repeated
+    span (as the chapter's ``repeated_spans``); True keeps its first occurrence in document order and cuts
+    the later ones, so that an original keeps its text when near dedup missed an edited copy of it.
     ``near_threshold`` (0.8), ``num_perm`` (128), ``ngram`` (5), ``minhash_seed`` (0): near deduplication on word
     5-gram shingles; ``bands``/``rows`` default to ``choose_bands(near_threshold, num_perm, 0.05, 0.95)``, a
     band choice that favours recall ((16, 8) at 0.8: a pair at the threshold becomes a candidate with
@@ -124,6 +136,8 @@ class PipelineConfig:
 
     languages: tuple[str, ...] = ("en",)
     min_language_probability: float = 0.5
+    c4_terminal_punctuation: bool = True
+    substring_keep_first: bool = False
     near_threshold: float = 0.8
     num_perm: int = 128
     ngram: int = 5
@@ -139,6 +153,8 @@ class PipelineConfig:
                 isinstance(x, str) and x for x in self.languages):
             raise ValueError(f"languages must be a non-empty tuple of language codes, got {self.languages!r}")
         object.__setattr__(self, "languages", tuple(self.languages))
+        for language in self.languages:
+            language_rules(language)  # a language without filter rules is refused, not filtered as English
         if not 0.0 <= self.min_language_probability <= 1.0:
             raise ValueError(f"min_language_probability must lie in [0, 1], got {self.min_language_probability!r}")
         if not 0.0 < self.near_threshold < 1.0:
@@ -186,6 +202,7 @@ class Document:
     trace: tuple[tuple[str, int, int, bool], ...] = ()
     pii: tuple[tuple[str, int], ...] = ()
     charset: str = ""
+    language: str = ""
 
     @property
     def kept(self) -> bool:
@@ -292,11 +309,15 @@ def document_stages(doc: Document, config: PipelineConfig) -> Document:
 
     Book: Pretraining data, "The pipeline"
     """
+    if not doc.kept:
+        return doc
+    language, probability = identify_language(doc.text)
+    decision = language_decision(language, probability, config.languages, config.min_language_probability)
+    doc = _filter(replace(doc, language=language), "language", replace(decision, text=doc.text))
     steps = (
-        ("language", lambda t: language_filter(t, config.languages, config.min_language_probability)),
-        ("gopher_repetition", gopher_repetition_filter),
-        ("gopher_quality", gopher_quality_filter),
-        ("c4", c4_filter),
+        ("gopher_quality", lambda t: gopher_quality_filter(t, language=language)),
+        ("gopher_repetition", lambda t: gopher_repetition_filter(t, language=language)),
+        ("c4", lambda t: c4_filter(t, language=language, terminal_punctuation=config.c4_terminal_punctuation)),
     )
     for stage, check in steps:
         if not doc.kept:
@@ -385,15 +406,17 @@ def _token_ids(doc: Document) -> tuple[tuple[int, int], np.ndarray]:
     return doc.order, np.array(ids, dtype=np.int64)
 
 
-def repeated_word_spans(token_arrays: list[tuple[tuple[int, int], np.ndarray]], min_words: int) -> dict:
+def repeated_word_spans(token_arrays: list[tuple[tuple[int, int], np.ndarray]], min_words: int,
+                        keep_first: bool = False) -> dict:
     """``{order: [(start, end), ...]}``: the token ranges of each document covered by a span of at least
-    ``min_words`` tokens that occurs twice in the collection (:func:`repeated_spans_across`); documents
-    without such a span are left out.
+    ``min_words`` tokens that occurs twice in the collection (:func:`repeated_spans_across`; with
+    ``keep_first``, only the occurrences after the first in document order); documents without such a span
+    are left out.
 
     Book: Pretraining data, "The pipeline"
     """
     token_arrays = sorted(token_arrays, key=itemgetter(0))
-    spans = repeated_spans_across([tokens for _, tokens in token_arrays], min_words)
+    spans = repeated_spans_across([tokens for _, tokens in token_arrays], min_words, keep_first=keep_first)
     return {order: s for (order, _), s in zip(token_arrays, spans) if s}
 
 
@@ -423,7 +446,7 @@ def _apply_substring(doc: Document, spans: dict, min_words: int) -> Document:
     if not doc.kept:
         return doc
     text = cut_spans(doc.text, spans[doc.order]) if doc.order in spans else doc.text
-    if len(text.split()) < min_words:
+    if len(language_words(text, doc.language or "en")) < min_words:
         return _removed(doc, "substring_dedup", ("substring_dedup:too_short",), text=text)
     return _passed(doc, "substring_dedup", text)
 
@@ -529,7 +552,8 @@ def run_pipeline(paths, config: PipelineConfig | None = None, client=None, progr
 
     # exact-substring deduplication: one suffix array over the tokens of the whole corpus
     tokens = docs.filter(lambda d: d.kept).map(_token_ids)
-    spans = dask.delayed(repeated_word_spans, pure=True)(tokens, config.substring_min_words)
+    spans = dask.delayed(repeated_word_spans, pure=True)(tokens, config.substring_min_words,
+                                                         config.substring_keep_first)
     docs = docs.map(_apply_substring, spans, config.min_words)
     documents = sorted(run.compute("substring dedup", docs), key=lambda d: d.order)
 

@@ -186,7 +186,30 @@ def repeated_spans(tokens, min_len: int) -> list[tuple[int, int]]:
     return _spans_from_arrays(as_token_array(tokens), min_len)
 
 
-def repeated_spans_across(docs: Sequence, min_len: int) -> list[list[tuple[int, int]]]:
+def _later_occurrence_spans(x: np.ndarray, min_len: int) -> list[tuple[int, int]]:
+    """Ranges covered by a window ``x[i:i + min_len]`` that also occurs at some ``j < i``.
+
+    The suffixes whose first ``min_len`` tokens agree are consecutive in the suffix array (a run where
+    ``lcp >= min_len``); in each run the smallest start is the first occurrence, and every other start's
+    window is a later one. The union of those windows comes from a difference array."""
+    n = len(x)
+    if n < 2:
+        return []
+    sa = suffix_array(x)
+    lcp = lcp_array(x, sa)
+    run = np.cumsum(lcp < min_len)  # run id per rank: a new run wherever the common prefix is too short
+    firsts = np.flatnonzero(np.concatenate([[True], run[1:] != run[:-1]]))
+    first_start = np.minimum.reduceat(sa, firsts)[run - 1]
+    later = sa[(sa != first_start) & (sa + min_len <= n)]
+    cover = np.zeros(n + 1, dtype=np.int64)
+    np.add.at(cover, later, 1)
+    np.add.at(cover, later + min_len, -1)
+    covered = np.concatenate([[False], np.cumsum(cover[:-1]) > 0, [False]])
+    edges = np.flatnonzero(covered[1:] != covered[:-1])
+    return list(zip(edges[0::2].tolist(), edges[1::2].tolist()))
+
+
+def repeated_spans_across(docs: Sequence, min_len: int, keep_first: bool = False) -> list[list[tuple[int, int]]]:
     """:func:`repeated_spans` over a collection: for each document, its ranges (in its own positions) covered by
     a substring of at least ``min_len`` tokens that occurs at least twice in the whole collection (in the same
     document or in another).
@@ -194,6 +217,10 @@ def repeated_spans_across(docs: Sequence, min_len: int) -> list[list[tuple[int, 
     ``docs``: a sequence of ``str``, or of ``bytes``, or of integer sequences (one kind). The documents are
     concatenated with a distinct separator token after each, larger than every token, so no repeat crosses a
     document boundary.
+
+    ``keep_first``: only the later occurrences, in collection order: position ``p`` is covered iff a window
+    of ``min_len`` tokens containing it occurred earlier (in an earlier document, or earlier in the same
+    one). The first copy of each repeated passage stays.
 
     Book: Pretraining data, "Exact deduplication with suffix arrays"
     """
@@ -213,7 +240,7 @@ def repeated_spans_across(docs: Sequence, min_len: int) -> list[list[tuple[int, 
     pieces = []
     for d, a in enumerate(arrays):
         pieces.extend([a, np.array([top + d], dtype=np.int64)])
-    spans = _spans_from_arrays(np.concatenate(pieces), min_len)
+    spans = (_later_occurrence_spans if keep_first else _spans_from_arrays)(np.concatenate(pieces), min_len)
     result: list[list[tuple[int, int]]] = [[] for _ in arrays]
     for start, end in spans:  # no span contains a separator: each occurs once
         d = int(np.searchsorted(offsets, start, side="right")) - 1
