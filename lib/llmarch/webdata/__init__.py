@@ -52,4 +52,11 @@ from .quality import (
     gopher_statistics,
 )
 from .simhash import hamming_distance, simhash, simhash_blocks, simhash_clusters
-from .suffix import as_token_array, lcp_array, repeated_spans, repeated_spans_across, suffix_array
+from .suffix import (
+    as_token_array,
+    lcp_array,
+    repeated_spans,
+    repeated_spans_across,
+    suffix_array,
+    suffix_array_doubling,
+)

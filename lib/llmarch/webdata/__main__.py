@@ -3,7 +3,8 @@
     python -m llmarch.webdata crawl --out DIR [--pages N] [--seed S] [--files K]
     python -m llmarch.webdata run WARC [WARC ...] --out DIR [--scheduler ADDRESS | --workers N] [--partitions P]
                                    [--languages en ...] [--min-language-probability P] [--near-threshold T]
-                                   [--substring-min-words N] [--min-words N] [--quiet]
+                                   [--substring-min-words N] [--min-words N] [--fineweb-c4]
+                                   [--substring-keep-first] [--quiet]
 
 ``crawl`` writes the synthetic crawl (WARC files and ``labels.jsonl``); ``run`` runs the pipeline and writes
 ``kept.jsonl``, ``removed.jsonl`` and ``stats.json``: in this process by default, on a local cluster of ``N``
@@ -35,7 +36,8 @@ def _run(args) -> int:
     config = PipelineConfig(
         languages=tuple(args.languages), min_language_probability=args.min_language_probability,
         near_threshold=args.near_threshold, substring_min_words=args.substring_min_words, min_words=args.min_words,
-        partitions=args.partitions)
+        partitions=args.partitions, c4_terminal_punctuation=not args.fineweb_c4,
+        substring_keep_first=args.substring_keep_first)
     client = cluster = None
     try:
         if args.scheduler or args.workers:
@@ -91,12 +93,17 @@ def main(argv=None) -> int:
     where.add_argument("--scheduler", metavar="ADDRESS", help="address of a dask.distributed scheduler")
     where.add_argument("--workers", type=_positive, help="run on a local cluster of this many worker processes")
     run.add_argument("--partitions", type=_positive, default=8, help="partitions of the per-document stages")
-    run.add_argument("--languages", nargs="+", default=["en"], help="languages to keep (default en)")
+    run.add_argument("--languages", nargs="+", default=["en"],
+                     help="languages to keep (default en); each needs filter rules: de en es fr ja zh")
     run.add_argument("--min-language-probability", type=float, default=0.5)
     run.add_argument("--near-threshold", type=float, default=0.8, help="Jaccard threshold of near duplicates")
     run.add_argument("--substring-min-words", type=_positive, default=50,
                      help="shortest repeated span (in words) that exact-substring dedup removes")
     run.add_argument("--min-words", type=int, default=50, help="documents shorter after substring dedup are removed")
+    run.add_argument("--fineweb-c4", action="store_true",
+                     help="FineWeb's C4 variant: no terminal-punctuation rule (lines without an end mark stay)")
+    run.add_argument("--substring-keep-first", action="store_true",
+                     help="exact-substring dedup keeps the first copy of a repeated span (default: cuts all)")
     run.add_argument("--quiet", action="store_true", help="no progress bars or summary")
     run.set_defaults(func=_run)
 
