@@ -238,13 +238,13 @@ def main(argv=None) -> None:
     parser.add_argument("--quick", action="store_true", help="small sizes: a few seconds per section")
     parser.add_argument("--docs", type=int, help="documents for the MinHash and LSH sections (default 2000)")
     parser.add_argument("--pages", type=int, help="pages of the synthetic crawl (default 1000)")
-    parser.add_argument("--sa-chars", type=int, help="characters for llmarch vs pydivsufsort (default 2,000,000)")
+    parser.add_argument("--sa-chars", type=int, help="characters for llmarch vs pydivsufsort (default 10,000,000)")
     parser.add_argument("--naive-chars", type=int, help="characters for the naive suffix sort (default 10,000)")
     args = parser.parse_args(argv)
     quick = args.quick
     n_docs = args.docs or (200 if quick else 2000)
     pages = args.pages or (60 if quick else 1000)
-    sa_chars = args.sa_chars or (100_000 if quick else 2_000_000)
+    sa_chars = args.sa_chars or (100_000 if quick else 10_000_000)
     naive_chars = args.naive_chars or (2_000 if quick else 10_000)
 
     texts, planted = corpus(n_docs)
