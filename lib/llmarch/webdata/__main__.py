@@ -4,7 +4,7 @@
     python -m llmarch.webdata run WARC [WARC ...] --out DIR [--scheduler ADDRESS | --workers N] [--partitions P]
                                    [--languages en ...] [--min-language-probability P] [--near-threshold T]
                                    [--substring-min-words N] [--min-words N] [--fineweb-c4]
-                                   [--substring-keep-first] [--quiet]
+                                   [--substring-keep-first] [--url-blocklist FILE] [--benchmark FILE] [--quiet]
 
 ``crawl`` writes the synthetic crawl (WARC files and ``labels.jsonl``); ``run`` runs the pipeline and writes
 ``kept.jsonl``, ``removed.jsonl`` and ``stats.json``: in this process by default, on a local cluster of ``N``
@@ -22,7 +22,9 @@ import argparse
 import sys
 
 from .crawl import write_synthetic_crawl
+from .decontaminate import load_benchmark
 from .pipeline import PipelineConfig, run_pipeline, write_outputs
+from .urlfilter import UrlFilter, load_domain_list
 
 
 def _crawl(args) -> int:
@@ -37,7 +39,9 @@ def _run(args) -> int:
         languages=tuple(args.languages), min_language_probability=args.min_language_probability,
         near_threshold=args.near_threshold, substring_min_words=args.substring_min_words, min_words=args.min_words,
         partitions=args.partitions, c4_terminal_punctuation=not args.fineweb_c4,
-        substring_keep_first=args.substring_keep_first)
+        substring_keep_first=args.substring_keep_first,
+        url_filter=UrlFilter(load_domain_list(args.url_blocklist)) if args.url_blocklist else None,
+        benchmark_ngrams=load_benchmark(args.benchmark) if args.benchmark else None)
     client = cluster = None
     try:
         if args.scheduler or args.workers:
@@ -104,13 +108,16 @@ def main(argv=None) -> int:
                      help="FineWeb's C4 variant: no terminal-punctuation rule (lines without an end mark stay)")
     run.add_argument("--substring-keep-first", action="store_true",
                      help="exact-substring dedup keeps the first copy of a repeated span (default: cuts all)")
+    run.add_argument("--url-blocklist", metavar="FILE", help="remove pages whose domain is listed (one a line)")
+    run.add_argument("--benchmark", metavar="FILE",
+                     help="cut the 13-grams of this benchmark (.jsonl: its string values; else lines) from pages")
     run.add_argument("--quiet", action="store_true", help="no progress bars or summary")
     run.set_defaults(func=_run)
 
     args = parser.parse_args(argv)
     try:
         return args.func(args)
-    except ValueError as exc:
+    except (ValueError, FileNotFoundError) as exc:
         parser.error(str(exc))
         return 2
 
