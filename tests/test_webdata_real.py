@@ -236,7 +236,7 @@ def _text_at_dedup(payload: bytes, url: str) -> str:
 def test_the_real_page_warc_copies_are_removed_as_duplicates_of_their_originals(real_crawl):
     labels, payloads, docs = real_crawl
     copies = [(rid, lab) for rid, lab in labels.items() if lab["kind"] != "original"]
-    assert len(copies) == 36 and len(docs) == len(labels) == len(payloads)
+    assert len(copies) == 48 and len(docs) == len(labels) == len(payloads)
     checked = Counter()
     for rid, label in copies:
         copy, original = docs[rid], docs[label["copy_of"]]
@@ -253,7 +253,7 @@ def test_the_real_page_warc_copies_are_removed_as_duplicates_of_their_originals(
             assert copy.duplicate_of == label["copy_of"], (label, similar)
         else:
             assert copy.removed_by not in ("exact_dedup", "near_dedup"), (label, similar)
-    assert sum(checked.values()) >= 9 and len(checked) == 3, checked
+    assert sum(checked.values()) >= 12 and len(checked) == 4, checked
 
 
 def test_the_real_page_warc_records_every_page_once_with_its_charset(real_crawl):

@@ -11,7 +11,7 @@ reads the strings its ``tests/realworld_tests.py`` asserts the extracted text mu
 
 :func:`write_real_page_warc` packs pages into a labelled WARC: every page as a response in its original
 bytes (its charset named in the HTTP header only when asked), then exact copies, near copies (a few words
-changed) and pages with a short prefix added, in a fixed order, so that a test or the chapter knows which
+changed), pages with a short prefix added and pages that copy half of another, in a fixed order, so that a test or the chapter knows which
 record duplicates which.
 """
 
@@ -152,9 +152,11 @@ def write_real_page_warc(path, pages: list[RealPage], copies: int = 5, seed: int
     """Write ``pages`` as a labelled WARC (gzip per record) at ``path`` and return the labels,
     ``{record id: {"url", "name", "kind", "copy_of"}}`` with ``kind`` one of ``original``,
     ``exact-copy`` (the same bytes at another URL), ``near-copy`` (the HTML with 3 words reversed per 1000
-    bytes of body text, at most 30) and ``prefixed-copy`` (a short paragraph added at the top of the body);
+    bytes, at most 30), ``prefixed-copy`` (a short paragraph added at the top of the body) and
+    ``half-copy`` (the HTML cut in the middle of its body: a page that quotes half of another, which near
+    deduplication at 0.8 does not catch);
     ``copy_of`` is the original's record id. The copies are of ``copies`` pages drawn with ``seed``, in the
-    order original, exact, near, prefixed after all originals. The HTTP ``Content-Type`` is
+    order exact, near, prefixed, half after all originals. The HTTP ``Content-Type`` is
     ``text/html``, with ``; charset=utf-8`` only when ``declare_charset`` and the page is valid UTF-8.
 
     Book: Pretraining data, "Real pages"
@@ -182,6 +184,8 @@ def write_real_page_warc(path, pages: list[RealPage], copies: int = 5, seed: int
             "near-copy": _edited(html, rng, min(30, 3 * max(1, len(html) // 1000))).encode(
                 "utf-8", errors="surrogateescape"),
             "prefixed-copy": (html[:body] + prefix + html[body:]).encode("utf-8", errors="surrogateescape"),
+            "half-copy": (html[:body + (len(html) - body) // 2] + "</body></html>").encode(
+                "utf-8", errors="surrogateescape"),
         }
         for kind, data in variants.items():
             rid = f"<urn:uuid:{uuid.UUID(int=rng.getrandbits(128))}>"
