@@ -31,7 +31,8 @@ import re
 
 import trafilatura
 
-__all__ = ["CHARSET_SOURCES", "is_html", "detect_charset", "decode_payload", "decode_html", "html_to_text", "extract_text"]
+__all__ = ["CHARSET_SOURCES", "is_html", "detect_charset", "decode_payload", "decode_html", "html_to_text",
+           "extract_text"]
 
 CHARSET_SOURCES = ("bom", "http", "meta", "detector", "default")
 """Where :func:`detect_charset` found a page's charset, in the order it looks."""

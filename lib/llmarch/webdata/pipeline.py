@@ -8,6 +8,7 @@ Stages, in order (each keeps its own counts, and gives a reason for every docume
 - ``extract``: read the record, keep HTTP 2xx HTML responses and HTML resources, decode them as browsers do
   and extract the main text (trafilatura); WET ``conversion`` records are text already. It runs while the
   file is read, so that a worker holds the text of a file's pages, not its records;
+- ``url``: a domain blocklist and URL word scores (:mod:`.urlfilter`; passes everything unless configured);
 - ``language``: keep the ``languages`` (default English) with probability >= ``min_language_probability``
   (py3langid); the later filters use the rules of the language found (:mod:`.languages`);
 - ``gopher_quality``: Gopher's quality rules (length, word length, symbols, bullets, stop words), linear in
@@ -16,7 +17,10 @@ Stages, in order (each keeps its own counts, and gives a reason for every docume
   that fails both, never what is kept);
 - ``gopher_repetition``: Gopher's repetition rules (duplicate lines, paragraphs and n-grams);
 - ``c4``: C4's line rules (lines dropped) and page rules (page removed);
+- ``quality_model``: a hashed n-gram classifier and its threshold (:mod:`.classifier`; off unless configured);
 - ``pii``: e-mail addresses, phone numbers and IPv4 addresses replaced (a transform: it removes nothing);
+- ``decontamination``: the spans around a benchmark's 13-grams cut out (:mod:`.decontaminate`; off unless
+  configured);
 - ``exact_dedup``: one document per hash of the normalised text, across all inputs;
 - ``near_dedup``: one document per cluster of near duplicates (MinHash LSH), across all inputs;
 - ``substring_dedup``: every span of >= ``substring_min_words`` words that occurs twice in the corpus is cut
@@ -26,9 +30,10 @@ Stages, in order (each keeps its own counts, and gives a reason for every docume
 record in the file). The deduplication stages keep the first document of each group in this order, so a
 page's first appearance in the crawl survives its copies, whatever the partitioning.
 
-**Scale-out.** ``extract`` runs in one task per input file; the other per-document stages (``language`` to
-``pii``) are a ``map`` over a ``dask.bag`` of documents, split into ``partitions`` partitions. Each deduplication stage is global and needs a shuffle, not a
-per-partition pass (which would miss duplicates in different partitions):
+**Scale-out.** ``extract`` runs in one task per input file; the other per-document stages (``url`` to
+``decontamination``, :mod:`.stages`) are a ``map`` over a ``dask.bag`` of documents, split into ``partitions``
+partitions. Each deduplication stage is global and needs a shuffle, not a per-partition pass (which would
+miss duplicates in different partitions):
 
 - exact: a ``groupby`` (task-based shuffle) on the hash of the normalised text; in each group the first
   document stays and the others name it as ``duplicate_of``;
@@ -443,7 +448,8 @@ def write_outputs(out_dir, result: PipelineResult, config: PipelineConfig) -> di
         if doc.kept:
             kept.append(_json_line({**base, "charset": doc.charset, "text": doc.text}))
         else:
-            removed.append(_json_line({**base, "charset": doc.charset, "stage": doc.removed_by, "reasons": list(doc.reasons),
+            removed.append(_json_line({**base, "charset": doc.charset, "stage": doc.removed_by,
+                                       "reasons": list(doc.reasons),
                                        "duplicate_of": doc.duplicate_of, "excerpt": doc.text[:EXCERPT_CHARS]}))
     stats = pipeline_stats(result, config)
     _write_atomic(out / "kept.jsonl", "".join(kept))

@@ -11,8 +11,8 @@ reads the strings its ``tests/realworld_tests.py`` asserts the extracted text mu
 
 :func:`write_real_page_warc` packs pages into a labelled WARC: every page as a response in its original
 bytes (its charset named in the HTTP header only when asked), then exact copies, near copies (a few words
-changed), pages with a short prefix added and pages that copy half of another, in a fixed order, so that a test or the chapter knows which
-record duplicates which.
+changed), pages with a short prefix added and pages that copy half of another, in a fixed order, so that a
+test or the chapter knows which record duplicates which.
 """
 
 from __future__ import annotations

@@ -240,7 +240,7 @@ def iter_warc(path) -> Iterator[WarcRecord | ReadError]:
                     yield item
                 start = None
                 size = path.stat().st_size
-                if (members or not compressed) and it.offset < size:  # e.g. a gzip member cut off before its first record ended
+                if (members or not compressed) and it.offset < size:  # e.g. a gzip member cut off early
                     yield ReadError(source, it.offset, f"unreadable data at the end of the file "
                                                        f"({size - it.offset} bytes): truncated or damaged")
             except Exception as exc:  # noqa: BLE001 - warcio, zlib and parsers raise many kinds; each is reported
