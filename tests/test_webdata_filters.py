@@ -273,3 +273,14 @@ def test_the_pipeline_runs_the_new_stages_on_labelled_pages(tmp_path, crawl_text
     spam = [d for i, d in docs.items() if d.removed_by == "quality_model"]
     kinds = {label["id"]: label["kind"] for label in labels}
     assert all(kinds[d.id] in ("spam", "low-quality") for d in spam)
+
+
+def test_the_cli_refuses_a_language_without_rules_and_a_missing_list(tmp_path, capsys):
+    from llmarch.webdata.__main__ import main
+
+    for extra in (["--languages", "en", "ru"], ["--url-blocklist", str(tmp_path / "none.txt")],
+                  ["--benchmark", str(tmp_path / "none.jsonl")]):
+        with pytest.raises(SystemExit):
+            main(["run", str(tmp_path / "x.warc"), "--out", str(tmp_path / "o"), *extra])
+        err = capsys.readouterr().err
+        assert "'ru'" in err or "not found" in err, err

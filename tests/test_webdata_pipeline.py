@@ -378,7 +378,9 @@ def test_the_cli_warns_about_damaged_inputs_and_processes_the_rest(crawl, labels
     assert [(Path(e["source"]).name, e["offset"]) for e in errors] == [
         (n, off) for n in names for off in cases[n][2]] + [("missing.warc", 0)]
     warnings = [line for line in capsys.readouterr().err.splitlines() if line.startswith("warning:")]
-    assert len(warnings) == len(errors)
+    no_pages = [e for e in out["stats"]["inputs"] if "warning" in e]
+    assert [Path(e["source"]).name for e in no_pages] == ["not-a-warc.warc", "missing.warc"]
+    assert len(warnings) == len(errors) + len(no_pages)
     read = {d["id"] for d in out["kept"]} | {d["id"] for d in out["removed"]}
     gz_ids = {i for i, lab in labels.items() if lab["file"] == "crawl-000.warc.gz"}
     plain_ids = {i for i, lab in labels.items() if lab["file"] == "crawl-002.warc"}

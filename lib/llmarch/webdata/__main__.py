@@ -61,7 +61,11 @@ def _run(args) -> int:
             cluster.close()
     stats = write_outputs(args.out, result, config)
     for error in result.read_errors:
-        print(f"warning: {error.source} at offset {error.offset}: {error.error}", file=sys.stderr)
+        record = f" (record {error.record_id}, {error.url or 'no URL'})" if error.record_id else ""
+        print(f"warning: {error.source} at offset {error.offset}{record}: {error.error}", file=sys.stderr)
+    for entry in stats["inputs"]:
+        if "warning" in entry:
+            print(f"warning: {entry['source']}: {entry['warning']}", file=sys.stderr)
     docs = stats["documents"]
     if not args.quiet:
         print(f"kept {docs['kept']} of {docs['in']} documents ({len(result.read_errors)} read errors); "
