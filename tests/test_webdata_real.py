@@ -88,7 +88,7 @@ def test_a_warc_gzipped_as_one_stream_yields_every_record_once():
 
 def test_the_pipeline_accounts_for_every_record_of_every_original_file(tmp_path):
     files = [str(p) for p in archive_files()]
-    assert webdata_main(["run", *files, "--out", str(tmp_path), "--quiet", "--languages", "en"]) == 0
+    assert webdata_main(["run", *files, "--out", str(tmp_path), "--quiet", "--partitions", "1"]) == 0
     stats = json.loads((tmp_path / "stats.json").read_text())
     rows = [json.loads(line) for name in ("kept.jsonl", "removed.jsonl")
             for line in (tmp_path / name).read_text().splitlines()]
@@ -215,11 +215,11 @@ FILTER_STAGES = ("extract", "language", "gopher_quality", "gopher_repetition", "
 def real_crawl(tmp_path_factory):
     folder = tmp_path_factory.mktemp("realcrawl")
     path = folder / "real.warc.gz"
-    labels = write_real_page_warc(path, real_pages()[:40], copies=12, seed=1)
+    labels = write_real_page_warc(path, real_pages()[:24], copies=8, seed=1)
     with open(path, "rb") as fh:  # the payloads, as warcio reads them back
         payloads = {r.rec_headers.get_header("WARC-Record-ID"): r.content_stream().read()
                     for r in ArchiveIterator(fh)}
-    config = PipelineConfig(languages=("en", "de", "fr"), partitions=3)
+    config = PipelineConfig(languages=("en", "de", "fr"), partitions=2)
     result = run_pipeline([str(path)], config)
     return labels, payloads, {d.id: d for d in result.documents}
 
@@ -236,7 +236,7 @@ def _text_at_dedup(payload: bytes, url: str) -> str:
 def test_the_real_page_warc_copies_are_removed_as_duplicates_of_their_originals(real_crawl):
     labels, payloads, docs = real_crawl
     copies = [(rid, lab) for rid, lab in labels.items() if lab["kind"] != "original"]
-    assert len(copies) == 48 and len(docs) == len(labels) == len(payloads)
+    assert len(copies) == 32 and len(docs) == len(labels) == len(payloads)
     checked = Counter()
     for rid, label in copies:
         copy, original = docs[rid], docs[label["copy_of"]]
@@ -253,7 +253,7 @@ def test_the_real_page_warc_copies_are_removed_as_duplicates_of_their_originals(
             assert copy.duplicate_of == label["copy_of"], (label, similar)
         else:
             assert copy.removed_by not in ("exact_dedup", "near_dedup"), (label, similar)
-    assert sum(checked.values()) >= 12 and len(checked) == 4, checked
+    assert sum(checked.values()) >= 10 and len(checked) == 4, checked
 
 
 def test_the_real_page_warc_records_every_page_once_with_its_charset(real_crawl):
