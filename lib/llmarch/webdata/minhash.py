@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from functools import lru_cache
 
@@ -133,7 +132,8 @@ def _item_hashes(items: Iterable) -> np.ndarray:
     if isinstance(items, (str, bytes)):
         raise ValueError("items is a single string; pass a collection of items, e.g. shingles(text)")
     blake2b = hashlib.blake2b
-    digests = b"".join([blake2b(item if item.__class__ is bytes else _item_bytes(item), digest_size=8).digest()
+    digests = b"".join([blake2b(item.encode("utf-8") if item.__class__ is str else
+                                item if item.__class__ is bytes else _item_bytes(item), digest_size=8).digest()
                         for item in items])
     return _reduce_p(_fold_p(np.frombuffer(digests, dtype="<u8").copy()))
 
@@ -388,15 +388,22 @@ def candidate_pairs(signatures: np.ndarray, bands: int, rows: int) -> set[tuple[
     Book: Pretraining data, "Locality-sensitive hashing"
     """
     signatures = _check_signatures(signatures)
-    buckets: dict[tuple[int, bytes], list[int]] = defaultdict(list)
-    for i, sig in enumerate(signatures):
-        for key in band_keys(sig, bands, rows):
-            buckets[key].append(i)
+    check_int("bands", bands, low=1)
+    check_int("rows", rows, low=1)
+    if bands * rows > signatures.shape[1]:
+        raise ValueError(f"bands * rows = {bands * rows} exceeds the signature length {signatures.shape[1]}")
     pairs = set()
-    for members in buckets.values():
-        for x in range(len(members)):
-            for y in range(x + 1, len(members)):
-                pairs.add((members[x], members[y]))
+    for band in range(bands):  # the documents of a bucket: equal rows of the band, found by one sort
+        block = np.ascontiguousarray(signatures[:, band * rows : (band + 1) * rows])
+        keys = block.view(np.dtype((np.void, 8 * rows))).ravel()
+        order = np.argsort(keys, kind="stable")
+        sorted_keys = keys[order]
+        starts = np.flatnonzero(np.concatenate([[True], sorted_keys[1:] != sorted_keys[:-1], [True]]))
+        for lo, hi in zip(starts[:-1], starts[1:]):
+            if hi - lo > 1:
+                members = np.sort(order[lo:hi]).tolist()
+                pairs.update((members[x], members[y]) for x in range(len(members))
+                             for y in range(x + 1, len(members)))
     return pairs
 
 
