@@ -415,3 +415,27 @@ def test_a_two_worker_cluster_writes_the_same_bytes_as_a_local_run(crawl, output
     with Client(dask_cluster, timeout="30s") as client:  # both workers ran tasks of the graph
         executed = client.run(lambda dask_worker: dask_worker.state.executed_count)
     assert len(executed) == 2 and min(executed.values()) > 0, executed
+
+
+def test_the_reader_streams_records_so_memory_does_not_grow_with_the_file(tmp_path):
+    import io
+    import tracemalloc
+
+    import numpy as np
+    from warcio.statusandheaders import StatusAndHeaders
+    from warcio.warcwriter import WARCWriter
+
+    rng = np.random.default_rng(0)
+    with open(tmp_path / "big.warc.gz", "wb") as fh:
+        writer = WARCWriter(fh, gzip=True)
+        for i in range(60):  # 60 records of 200 kB: 12 MB uncompressed
+            payload = rng.integers(97, 123, size=200_000, dtype=np.uint8).tobytes()
+            http = StatusAndHeaders("200 OK", [("Content-Type", "text/plain")], protocol="HTTP/1.1")
+            writer.write_record(writer.create_warc_record(f"http://x.example/{i}", "response",
+                                                          payload=io.BytesIO(payload), http_headers=http))
+    tracemalloc.start()
+    count = sum(1 for item in iter_warc(tmp_path / "big.warc.gz") if not isinstance(item, ReadError))
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert count == 60
+    assert peak < 3_000_000, peak  # a few records' worth, not the 12 MB of the file
