@@ -71,6 +71,23 @@ $(MATHJAX): $(NPM_STAMP)
 	cp -r node_modules/mathjax/es5 _build/assets/mathjax
 	touch $@
 
+# Real inputs of llmarch.webdata's tests and chapter: the WARC and ARC files in the source distributions of
+# warcio and pywb, and the real HTML pages (with their reference checks) in trafilatura's; fetched with pip
+# into _build/realdata, never committed.
+REALDATA := _build/realdata/.fetched
+$(REALDATA): | $(VENV)/bin/python
+	rm -rf _build/realdata && mkdir -p _build/realdata/dist
+	$(PY) -m pip download --quiet --no-binary :all: --no-deps -d _build/realdata/dist \
+	  warcio==1.6.3 pywb==2.6.9 trafilatura==1.0.0
+	tar -xzf _build/realdata/dist/warcio-1.6.3.tar.gz -C _build/realdata warcio-1.6.3/test/data
+	tar -xzf _build/realdata/dist/pywb-2.6.9.tar.gz -C _build/realdata pywb-2.6.9/sample_archive/warcs
+	tar -xzf _build/realdata/dist/trafilatura-1.0.0.tar.gz -C _build/realdata \
+	  trafilatura-1.0.0/tests/cache trafilatura-1.0.0/tests/realworld_tests.py
+	touch $@
+# The chapter Pretraining data and tests/test_webdata_real.py read them (prerequisites added here, so that the
+# rules below stay as they are).
+book test test-lib: $(REALDATA)
+
 # Warnings are errors (-W -n); the log is kept for tests/test_book.py.
 book: setup
 	set -o pipefail; $(VENV)/bin/jupyter-book build . --builder html -W -n --keep-going 2>&1 | tee _build/book-build.log

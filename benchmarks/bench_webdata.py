@@ -13,8 +13,9 @@
    pairs each finds. Ours also runs with its default exact verification.
 3. ``suffix_array`` vs a naive sort of all suffixes (``sorted(range(n), key=lambda i: text[i:])``: its keys
    hold ``n^2 / 2`` characters, which bounds it to small ``n``) on a quarter of ``--naive-chars`` characters and
-   on all of them, and vs pydivsufsort (C, divsufsort) on ``--sa-chars`` bytes; both outputs are
-   checked equal to ours.
+   on all of them, and vs pydivsufsort (C, divsufsort) on ``--sa-chars`` bytes: ``suffix_array`` (which
+   calls libdivsufsort itself, for int64 token ids as for bytes) and the teaching ``suffix_array_doubling``
+   (prefix doubling in numpy); every output is checked equal to pydivsufsort's.
 4. Text extraction: trafilatura (the pipeline's choice) vs jusText, pages per CPU second on the synthetic
    crawl's HTML pages, with trafilatura's output checked identical when the pages are extracted again in
    reverse order (no state carried between pages).
@@ -47,11 +48,13 @@ from llmarch.webdata import (
     near_duplicate_clusters,
     shingles,
     suffix_array,
+    suffix_array_doubling,
 )
 from llmarch.webdata.crawl import write_synthetic_crawl
 from llmarch.webdata.crawl_text import TOPICS, english_paragraphs
 from llmarch.webdata.pipeline import PipelineConfig, run_pipeline
-from llmarch.webdata.warc import extract_text, is_html, iter_warc
+from llmarch.webdata.decode import extract_text, is_html
+from llmarch.webdata.warc import iter_warc
 
 
 def cpu_time(fn, *args, repeats: int = 2, **kwargs):
@@ -171,9 +174,12 @@ def bench_suffix_array(texts, naive_chars: int, sa_chars: int) -> None:
               f"naive/llmarch {t_naive / t_small:.1f}x (equal: {np.array_equal(naive, ours_small)})")
     data = full[:sa_chars].encode("ascii", errors="replace")
     ours, t_ours = cpu_time(suffix_array, data)
+    teaching, t_teaching = cpu_time(suffix_array_doubling, data, repeats=1)
     theirs, t_theirs = cpu_time(pydivsufsort.divsufsort, np.frombuffer(data, dtype=np.uint8).copy())
-    print(f"[suffix array] n = {sa_chars:,} bytes: llmarch {t_ours:.3f} s, pydivsufsort {t_theirs:.4f} s -> "
-          f"llmarch/pydivsufsort time ratio {t_ours / t_theirs:.1f} (equal: {np.array_equal(ours, theirs)})")
+    print(f"[suffix array] n = {sa_chars:,} bytes: llmarch suffix_array {t_ours:.3f} s, pydivsufsort "
+          f"{t_theirs:.4f} s -> llmarch/pydivsufsort time ratio {t_ours / t_theirs:.2f} "
+          f"(equal: {np.array_equal(ours, theirs)}); the teaching suffix_array_doubling {t_teaching:.2f} s "
+          f"-> ratio {t_teaching / t_theirs:.1f} (equal: {np.array_equal(teaching, theirs)})")
 
 
 def html_pages(warc_files):
@@ -232,13 +238,13 @@ def main(argv=None) -> None:
     parser.add_argument("--quick", action="store_true", help="small sizes: a few seconds per section")
     parser.add_argument("--docs", type=int, help="documents for the MinHash and LSH sections (default 2000)")
     parser.add_argument("--pages", type=int, help="pages of the synthetic crawl (default 1000)")
-    parser.add_argument("--sa-chars", type=int, help="characters for llmarch vs pydivsufsort (default 2,000,000)")
+    parser.add_argument("--sa-chars", type=int, help="characters for llmarch vs pydivsufsort (default 10,000,000)")
     parser.add_argument("--naive-chars", type=int, help="characters for the naive suffix sort (default 10,000)")
     args = parser.parse_args(argv)
     quick = args.quick
     n_docs = args.docs or (200 if quick else 2000)
     pages = args.pages or (60 if quick else 1000)
-    sa_chars = args.sa_chars or (100_000 if quick else 2_000_000)
+    sa_chars = args.sa_chars or (100_000 if quick else 10_000_000)
     naive_chars = args.naive_chars or (2_000 if quick else 10_000)
 
     texts, planted = corpus(n_docs)

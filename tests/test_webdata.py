@@ -51,6 +51,7 @@ from llmarch.webdata import (
     simhash_blocks,
     simhash_clusters,
     suffix_array,
+    suffix_array_doubling,
     train_ngram_model,
     universal_hash,
     words,
@@ -404,12 +405,14 @@ def test_suffix_array_against_sorting_all_suffixes():
     for _ in range(300):
         n = int(rng.integers(1, 60))
         x = rng.integers(-2, int(rng.integers(1, 5)), n)  # small alphabets: long repeats, many rounds
-        assert suffix_array(x).tolist() == sorted(range(n), key=lambda i: tuple(x[i:]))
+        expected = sorted(range(n), key=lambda i: tuple(x[i:]))
+        assert suffix_array(x).tolist() == expected and suffix_array_doubling(x).tolist() == expected
     text = "ünïcödé ünïcödé 中文中文"
-    assert suffix_array(text).tolist() == sorted(range(len(text)), key=lambda i: text[i:])
-    big = np.array([10**12, 5, 10**12, 5, 7])
-    assert suffix_array(big).tolist() == sorted(range(5), key=lambda i: tuple(big[i:]))
-    assert suffix_array("a" * 1000).tolist() == list(range(999, -1, -1))
+    for build in (suffix_array, suffix_array_doubling):
+        assert build(text).tolist() == sorted(range(len(text)), key=lambda i: text[i:])
+        big = np.array([10**12, 5, 10**12, 5, 7])
+        assert build(big).tolist() == sorted(range(5), key=lambda i: tuple(big[i:]))
+        assert build("a" * 1000).tolist() == list(range(999, -1, -1))
 
 
 def test_suffix_and_lcp_arrays_against_pydivsufsort():
@@ -418,7 +421,7 @@ def test_suffix_and_lcp_arrays_against_pydivsufsort():
     data = rng.integers(0, 4, 50_000).astype(np.uint8)
     data[20_000:21_000] = data[:1000]  # a long repeat
     expected = pydivsufsort.divsufsort(data.copy())
-    sa = suffix_array(data.tobytes())
+    sa = suffix_array_doubling(data.tobytes())  # the teaching version against libdivsufsort
     assert sa.tolist() == expected.tolist()
     lcp = lcp_array(data.tobytes(), sa)
     # pydivsufsort's kasai gives lcp[r] = LCP(sa[r], sa[r + 1]); ours LCP(sa[r - 1], sa[r])

@@ -26,7 +26,8 @@ from llmarch.webdata.pipeline import (
     write_outputs,
 )
 from llmarch.webdata.__main__ import main as webdata_main
-from llmarch.webdata.warc import ReadError, decode_html, extract_text, iter_warc
+from llmarch.webdata.decode import decode_html, extract_text
+from llmarch.webdata.warc import ReadError, iter_warc
 
 N_PAGES, SEED = 120, 1
 OUTPUTS = ("kept.jsonl", "removed.jsonl", "stats.json")
@@ -144,7 +145,9 @@ def test_extraction_keeps_the_article_and_drops_the_boilerplate():
         assert boilerplate not in text
     assert decode_html("Größe".encode("latin-1"), "text/html; charset=ISO-8859-1") == "Größe"
     assert decode_html("Größe".encode("utf-8"), "text/html") == "Größe"  # no charset: UTF-8
-    assert decode_html(b"caf\xe9", "text/html; charset=no-such-codec") == "caf\ufffd"  # unknown: UTF-8, replaced
+    # an unknown label falls through to the detector
+    russian = "Привет! Это тестовая страница на русском языке, в кодировке windows-1251."
+    assert decode_html(russian.encode("cp1251"), "text/html; charset=no-such-codec") == russian
     with pytest.raises(ValueError):
         extract_text("not bytes")
 
@@ -375,7 +378,9 @@ def test_the_cli_warns_about_damaged_inputs_and_processes_the_rest(crawl, labels
     assert [(Path(e["source"]).name, e["offset"]) for e in errors] == [
         (n, off) for n in names for off in cases[n][2]] + [("missing.warc", 0)]
     warnings = [line for line in capsys.readouterr().err.splitlines() if line.startswith("warning:")]
-    assert len(warnings) == len(errors)
+    no_pages = [e for e in out["stats"]["inputs"] if "warning" in e]
+    assert [Path(e["source"]).name for e in no_pages] == ["not-a-warc.warc", "missing.warc"]
+    assert len(warnings) == len(errors) + len(no_pages)
     read = {d["id"] for d in out["kept"]} | {d["id"] for d in out["removed"]}
     gz_ids = {i for i, lab in labels.items() if lab["file"] == "crawl-000.warc.gz"}
     plain_ids = {i for i, lab in labels.items() if lab["file"] == "crawl-002.warc"}
@@ -410,3 +415,27 @@ def test_a_two_worker_cluster_writes_the_same_bytes_as_a_local_run(crawl, output
     with Client(dask_cluster, timeout="30s") as client:  # both workers ran tasks of the graph
         executed = client.run(lambda dask_worker: dask_worker.state.executed_count)
     assert len(executed) == 2 and min(executed.values()) > 0, executed
+
+
+def test_the_reader_streams_records_so_memory_does_not_grow_with_the_file(tmp_path):
+    import io
+    import tracemalloc
+
+    import numpy as np
+    from warcio.statusandheaders import StatusAndHeaders
+    from warcio.warcwriter import WARCWriter
+
+    rng = np.random.default_rng(0)
+    with open(tmp_path / "big.warc.gz", "wb") as fh:
+        writer = WARCWriter(fh, gzip=True)
+        for i in range(60):  # 60 records of 200 kB: 12 MB uncompressed
+            payload = rng.integers(97, 123, size=200_000, dtype=np.uint8).tobytes()
+            http = StatusAndHeaders("200 OK", [("Content-Type", "text/plain")], protocol="HTTP/1.1")
+            writer.write_record(writer.create_warc_record(f"http://x.example/{i}", "response",
+                                                          payload=io.BytesIO(payload), http_headers=http))
+    tracemalloc.start()
+    count = sum(1 for item in iter_warc(tmp_path / "big.warc.gz") if not isinstance(item, ReadError))
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert count == 60
+    assert peak < 3_000_000, peak  # a few records' worth, not the 12 MB of the file

@@ -8,11 +8,16 @@ Modules, one topic each:
 - :mod:`.suffix`: suffix and LCP arrays, ``repeated_spans`` (ExactSubstr);
 - :mod:`.pii`: ``redact_pii`` (e-mail, phone, IPv4), with a labelled set in :mod:`.pii_examples`;
 - :mod:`.quality`: C4's and Gopher's rules, each returning a :class:`FilterResult` with its reasons;
+  :mod:`.languages`: their per-language rules (en, de, fr, es, ja, zh);
+- :mod:`.classifier`: a hashed n-gram logistic-regression quality classifier; :mod:`.decontaminate`: GPT-3's
+  13-gram decontamination; :mod:`.urlfilter`: a domain blocklist and URL word scores;
 - :mod:`.perplexity`: a Kneser-Ney n-gram model and CCNet's perplexity buckets;
 - :mod:`.langid`: language identification with py3langid;
-- :mod:`.crawl`: a deterministic synthetic crawl (WARC files and hidden labels); :mod:`.warc` reads WARC records and
-  extracts text; :mod:`.pipeline` is the Dask pipeline behind ``python -m llmarch.webdata run`` (imported on its own,
-  so that ``import llmarch.webdata`` does not load dask and trafilatura).
+- :mod:`.crawl`: a deterministic synthetic crawl (WARC files and hidden labels); :mod:`.realdata`: the real
+  crawl files and pages the set-up fetches; :mod:`.warc` reads WARC and ARC records; :mod:`.decode` decodes
+  pages as browsers do and extracts their text; :mod:`.stages` holds the per-document stages and
+  :mod:`.pipeline` the Dask pipeline behind ``python -m llmarch.webdata run`` (imported on their own, so that
+  ``import llmarch.webdata`` does not load dask and trafilatura).
 """
 
 from .crawl import read_labels, write_synthetic_crawl
@@ -52,4 +57,11 @@ from .quality import (
     gopher_statistics,
 )
 from .simhash import hamming_distance, simhash, simhash_blocks, simhash_clusters
-from .suffix import as_token_array, lcp_array, repeated_spans, repeated_spans_across, suffix_array
+from .suffix import (
+    as_token_array,
+    lcp_array,
+    repeated_spans,
+    repeated_spans_across,
+    suffix_array,
+    suffix_array_doubling,
+)

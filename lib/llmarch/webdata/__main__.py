@@ -3,7 +3,8 @@
     python -m llmarch.webdata crawl --out DIR [--pages N] [--seed S] [--files K]
     python -m llmarch.webdata run WARC [WARC ...] --out DIR [--scheduler ADDRESS | --workers N] [--partitions P]
                                    [--languages en ...] [--min-language-probability P] [--near-threshold T]
-                                   [--substring-min-words N] [--min-words N] [--quiet]
+                                   [--substring-min-words N] [--min-words N] [--fineweb-c4]
+                                   [--substring-keep-first] [--url-blocklist FILE] [--benchmark FILE] [--quiet]
 
 ``crawl`` writes the synthetic crawl (WARC files and ``labels.jsonl``); ``run`` runs the pipeline and writes
 ``kept.jsonl``, ``removed.jsonl`` and ``stats.json``: in this process by default, on a local cluster of ``N``
@@ -21,7 +22,9 @@ import argparse
 import sys
 
 from .crawl import write_synthetic_crawl
+from .decontaminate import load_benchmark
 from .pipeline import PipelineConfig, run_pipeline, write_outputs
+from .urlfilter import UrlFilter, load_domain_list
 
 
 def _crawl(args) -> int:
@@ -35,7 +38,10 @@ def _run(args) -> int:
     config = PipelineConfig(
         languages=tuple(args.languages), min_language_probability=args.min_language_probability,
         near_threshold=args.near_threshold, substring_min_words=args.substring_min_words, min_words=args.min_words,
-        partitions=args.partitions)
+        partitions=args.partitions, c4_terminal_punctuation=not args.fineweb_c4,
+        substring_keep_first=args.substring_keep_first,
+        url_filter=UrlFilter(load_domain_list(args.url_blocklist)) if args.url_blocklist else None,
+        benchmark_ngrams=load_benchmark(args.benchmark) if args.benchmark else None)
     client = cluster = None
     try:
         if args.scheduler or args.workers:
@@ -55,7 +61,11 @@ def _run(args) -> int:
             cluster.close()
     stats = write_outputs(args.out, result, config)
     for error in result.read_errors:
-        print(f"warning: {error.source} at offset {error.offset}: {error.error}", file=sys.stderr)
+        record = f" (record {error.record_id}, {error.url or 'no URL'})" if error.record_id else ""
+        print(f"warning: {error.source} at offset {error.offset}{record}: {error.error}", file=sys.stderr)
+    for entry in stats["inputs"]:
+        if "warning" in entry:
+            print(f"warning: {entry['source']}: {entry['warning']}", file=sys.stderr)
     docs = stats["documents"]
     if not args.quiet:
         print(f"kept {docs['kept']} of {docs['in']} documents ({len(result.read_errors)} read errors); "
@@ -91,19 +101,27 @@ def main(argv=None) -> int:
     where.add_argument("--scheduler", metavar="ADDRESS", help="address of a dask.distributed scheduler")
     where.add_argument("--workers", type=_positive, help="run on a local cluster of this many worker processes")
     run.add_argument("--partitions", type=_positive, default=8, help="partitions of the per-document stages")
-    run.add_argument("--languages", nargs="+", default=["en"], help="languages to keep (default en)")
+    run.add_argument("--languages", nargs="+", default=["en"],
+                     help="languages to keep (default en); each needs filter rules: de en es fr ja zh")
     run.add_argument("--min-language-probability", type=float, default=0.5)
     run.add_argument("--near-threshold", type=float, default=0.8, help="Jaccard threshold of near duplicates")
     run.add_argument("--substring-min-words", type=_positive, default=50,
                      help="shortest repeated span (in words) that exact-substring dedup removes")
     run.add_argument("--min-words", type=int, default=50, help="documents shorter after substring dedup are removed")
+    run.add_argument("--fineweb-c4", action="store_true",
+                     help="FineWeb's C4 variant: no terminal-punctuation rule (lines without an end mark stay)")
+    run.add_argument("--substring-keep-first", action="store_true",
+                     help="exact-substring dedup keeps the first copy of a repeated span (default: cuts all)")
+    run.add_argument("--url-blocklist", metavar="FILE", help="remove pages whose domain is listed (one a line)")
+    run.add_argument("--benchmark", metavar="FILE",
+                     help="cut the 13-grams of this benchmark (.jsonl: its string values; else lines) from pages")
     run.add_argument("--quiet", action="store_true", help="no progress bars or summary")
     run.set_defaults(func=_run)
 
     args = parser.parse_args(argv)
     try:
         return args.func(args)
-    except ValueError as exc:
+    except (ValueError, FileNotFoundError) as exc:
         parser.error(str(exc))
         return 2
 

@@ -20,7 +20,7 @@ from llmarch._checks import check_text
 
 from .quality import FilterResult
 
-__all__ = ["identify_language", "language_filter"]
+__all__ = ["identify_language", "language_decision", "language_filter"]
 
 
 @lru_cache(maxsize=1)
@@ -44,9 +44,11 @@ def identify_language(text: str) -> tuple[str, float]:
     return str(lang), float(prob)
 
 
-def language_filter(text: str, languages: Iterable[str] = ("en",), min_probability: float = 0.5) -> FilterResult:
-    """Keep ``text`` when its most probable language is one of ``languages`` with probability at least
-    ``min_probability``; reasons ``language:<code>`` (another language) or ``language:low_confidence``.
+def language_decision(language: str, probability: float, languages: Iterable[str] = ("en",),
+                      min_probability: float = 0.5) -> FilterResult:
+    """The language filter's decision for a text identified as ``(language, probability)``: kept when
+    ``language`` is one of ``languages`` with ``probability >= min_probability``; reasons
+    ``language:<code>`` (another language) or ``language:low_confidence``. ``text`` of the result is empty.
 
     Book: Pretraining data, "Language identification"
     """
@@ -55,9 +57,18 @@ def language_filter(text: str, languages: Iterable[str] = ("en",), min_probabili
         raise ValueError("languages must name at least one language")
     if not 0.0 <= min_probability <= 1.0:
         raise ValueError(f"min_probability must lie in [0, 1], got {min_probability!r}")
-    lang, prob = identify_language(text)
-    if lang not in wanted:
-        return FilterResult(False, (f"language:{lang}",), text)
-    if prob < min_probability:
-        return FilterResult(False, ("language:low_confidence",), text)
-    return FilterResult(True, (), text)
+    if language not in wanted:
+        return FilterResult(False, (f"language:{language}",), "")
+    if probability < min_probability:
+        return FilterResult(False, ("language:low_confidence",), "")
+    return FilterResult(True, (), "")
+
+
+def language_filter(text: str, languages: Iterable[str] = ("en",), min_probability: float = 0.5) -> FilterResult:
+    """Keep ``text`` when its most probable language is one of ``languages`` with probability at least
+    ``min_probability`` (:func:`language_decision` on :func:`identify_language`).
+
+    Book: Pretraining data, "Language identification"
+    """
+    result = language_decision(*identify_language(text), languages, min_probability)
+    return FilterResult(result.keep, result.reasons, text)

@@ -34,8 +34,8 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections import defaultdict
 from collections.abc import Iterable, Sequence
+from functools import lru_cache
 
 import numpy as np
 
@@ -67,6 +67,7 @@ MERSENNE_PRIME = (1 << 61) - 1
 _WORD = re.compile(r"\w+")
 _LOW32 = np.uint64(0xFFFFFFFF)
 _LOW29 = np.uint64((1 << 29) - 1)
+_SHIFT29, _SHIFT32, _SHIFT61 = np.uint64(29), np.uint64(32), np.uint64(61)
 _P = np.uint64(MERSENNE_PRIME)
 _ITEM_BLOCK = 4096  # items hashed per block: bounds the (num_perm, block) intermediate to 4 MiB at 128 perms
 
@@ -126,6 +127,17 @@ def _item_bytes(item) -> bytes:
     raise ValueError(f"items must be str or bytes, got {type(item).__name__} ({item!r:.40})")
 
 
+def _item_hashes(items: Iterable) -> np.ndarray:
+    """``blake2b(item, 8 bytes)`` read as a little-endian ``uint64``, reduced mod ``p``, per item (with repeats)."""
+    if isinstance(items, (str, bytes)):
+        raise ValueError("items is a single string; pass a collection of items, e.g. shingles(text)")
+    blake2b = hashlib.blake2b
+    digests = b"".join([blake2b(item.encode("utf-8") if item.__class__ is str else
+                                item if item.__class__ is bytes else _item_bytes(item), digest_size=8).digest()
+                        for item in items])
+    return _reduce_p(_fold_p(np.frombuffer(digests, dtype="<u8").copy()))
+
+
 def hash_items(items: Iterable) -> np.ndarray:
     """Stable 61-bit hashes of distinct items: ``int.from_bytes(blake2b(item, 8 bytes), "little") mod p``.
 
@@ -134,36 +146,52 @@ def hash_items(items: Iterable) -> np.ndarray:
 
     Book: Pretraining data, "Near deduplication with MinHash"
     """
-    if isinstance(items, (str, bytes)):
-        raise ValueError("items is a single string; pass a collection of items, e.g. shingles(text)")
-    values = {
-        int.from_bytes(hashlib.blake2b(_item_bytes(item), digest_size=8).digest(), "little") % MERSENNE_PRIME
-        for item in items
-    }
-    return np.array(sorted(values), dtype=np.uint64)
+    return np.unique(_item_hashes(items))
 
 
-def _mod_p(v: np.ndarray) -> np.ndarray:
-    """``v mod p`` for ``uint64`` ``v < 2**64``: ``2**61 = 1 (mod p)``, so fold the top 3 bits onto the bottom."""
-    v = (v & _P) + (v >> np.uint64(61))
-    return np.where(v >= _P, v - _P, v)
+def _fold_p(v: np.ndarray) -> np.ndarray:
+    """``uint64`` ``v < 2**64`` to a value ``< 2**61 + 8`` congruent mod ``p``, in place: ``2**61 = 1 (mod p)``,
+    so the top 3 bits are added to the bottom 61."""
+    top = v >> _SHIFT61
+    v &= _P
+    v += top
+    return v
 
 
-def _mulmod_p(a: np.ndarray, x: np.ndarray) -> np.ndarray:
-    """``(a * x) mod p`` for ``uint64`` arrays with values below ``2**61``, without a 128-bit product.
+def _reduce_p(v: np.ndarray) -> np.ndarray:
+    """``v mod p`` for ``uint64`` ``v < 2 p``, in place."""
+    np.subtract(v, _P, out=v, where=v >= _P)
+    return v
+
+
+def _affine_mod_p(a: np.ndarray, b: np.ndarray, x: np.ndarray) -> np.ndarray:
+    """``(a x + b) mod p`` up to one multiple of ``p`` (a value ``< 2**61 + 8``; :func:`_reduce_p` finishes it),
+    for ``uint64`` arrays below ``2**61`` broadcast together, without a 128-bit product.
 
     Split ``a = a1 2**32 + a0``, ``x = x1 2**32 + x0`` (``a1, x1 < 2**29``). Then
     ``a x = a1 x1 2**64 + (a1 x0 + a0 x1) 2**32 + a0 x0`` and, modulo ``p``, ``2**64 = 8``; the middle term
-    ``m < 2**62`` is split again as ``m = m1 2**29 + m0`` so that ``m 2**32 = m1 + m0 2**32 (mod p)``.
-    Every partial product fits in 64 bits.
+    ``m < 2**62`` is split again as ``m = m1 2**29 + m0`` so that ``m 2**32 = m1 + m0 2**32 (mod p)``, and the
+    low term ``l < 2**64`` folds as ``l = (l >> 61) + (l & p) (mod p)``. The sum of the five parts and ``b`` is
+    below ``2**63``, so every step fits in 64 bits; the operations run in place on three buffers.
     """
-    a1, a0 = a >> np.uint64(32), a & _LOW32
-    x1, x0 = x >> np.uint64(32), x & _LOW32
-    high = (a1 * x1) << np.uint64(3)  # < 2**61
-    mid = a1 * x0 + a0 * x1  # < 2**62
-    mid = (mid >> np.uint64(29)) + ((mid & _LOW29) << np.uint64(32))  # < 2**33 + 2**61
-    low = _mod_p(a0 * x0)  # a0 x0 < 2**64
-    return _mod_p(_mod_p(high + mid) + low)
+    a1, a0 = a >> _SHIFT32, a & _LOW32
+    x1, x0 = x >> _SHIFT32, x & _LOW32
+    total = (a1 << np.uint64(3)) * x1  # 8 a1 x1 < 2**61
+    work = a1 * x0
+    spare = a0 * x1
+    work += spare  # the middle term m < 2**62
+    np.right_shift(work, _SHIFT29, out=spare)
+    total += spare
+    work &= _LOW29
+    work <<= _SHIFT32
+    total += work
+    np.multiply(a0, x0, out=work)  # the low term < 2**64
+    total += b
+    np.bitwise_and(work, _P, out=spare)
+    total += spare
+    work >>= _SHIFT61
+    total += work
+    return _fold_p(total)
 
 
 def universal_hash(x, a, b) -> np.ndarray:
@@ -181,8 +209,8 @@ def universal_hash(x, a, b) -> np.ndarray:
         if arr.size and (arr.min() < 0 or arr.astype(np.uint64).max() >= _P):
             raise ValueError(f"{name} must lie in [0, 2**61 - 1), got values from {arr.min()} to {arr.max()}")
         arrays.append(arr.astype(np.uint64))
-    x, a, b = arrays
-    return _mod_p(_mulmod_p(a, x) + b)
+    x, a, b = (np.atleast_1d(v) for v in np.broadcast_arrays(*arrays))  # in-place steps need arrays
+    return _reduce_p(_affine_mod_p(a, b, x)).reshape(np.broadcast_shapes(*(v.shape for v in arrays)))
 
 
 def minhash_permutations(num_perm: int = 128, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
@@ -195,6 +223,12 @@ def minhash_permutations(num_perm: int = 128, seed: int = 0) -> tuple[np.ndarray
     check_int("num_perm", num_perm, low=1)
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
         raise ValueError(f"seed must be a non-negative integer, got {seed!r}")
+    a, b = _permutations(int(num_perm), int(seed))
+    return a.copy(), b.copy()
+
+
+@lru_cache(maxsize=16)
+def _permutations(num_perm: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
     rng = np.random.default_rng(seed)
     a = rng.integers(1, MERSENNE_PRIME, size=num_perm, dtype=np.uint64)
     b = rng.integers(0, MERSENNE_PRIME, size=num_perm, dtype=np.uint64)
@@ -211,12 +245,14 @@ def minhash_signature(items: Iterable, num_perm: int = 128, seed: int = 0) -> np
 
     Book: Pretraining data, "Near deduplication with MinHash"
     """
-    a, b = minhash_permutations(num_perm, seed)
-    x = hash_items(items)
+    minhash_permutations(num_perm, seed)  # checks the arguments
+    a, b = _permutations(int(num_perm), int(seed))
+    x = _item_hashes(items)  # repeated items change no minimum: no need to drop them
     signature = np.full(num_perm, _P, dtype=np.uint64)
     for start in range(0, len(x), _ITEM_BLOCK):
-        block = x[None, start : start + _ITEM_BLOCK]  # (1, m)
-        hashed = _mod_p(_mulmod_p(a[:, None], block) + b[:, None])  # (num_perm, m)
+        hashed = _affine_mod_p(a[:, None], b[:, None], x[None, start : start + _ITEM_BLOCK])  # (num_perm, m)
+        if hashed.max() >= _P:  # rare (about 8 in 2**61 values): finish the reduction before the minimum
+            _reduce_p(hashed)
         signature = np.minimum(signature, hashed.min(axis=1))
     return signature
 
@@ -352,15 +388,22 @@ def candidate_pairs(signatures: np.ndarray, bands: int, rows: int) -> set[tuple[
     Book: Pretraining data, "Locality-sensitive hashing"
     """
     signatures = _check_signatures(signatures)
-    buckets: dict[tuple[int, bytes], list[int]] = defaultdict(list)
-    for i, sig in enumerate(signatures):
-        for key in band_keys(sig, bands, rows):
-            buckets[key].append(i)
+    check_int("bands", bands, low=1)
+    check_int("rows", rows, low=1)
+    if bands * rows > signatures.shape[1]:
+        raise ValueError(f"bands * rows = {bands * rows} exceeds the signature length {signatures.shape[1]}")
     pairs = set()
-    for members in buckets.values():
-        for x in range(len(members)):
-            for y in range(x + 1, len(members)):
-                pairs.add((members[x], members[y]))
+    for band in range(bands):  # the documents of a bucket: equal rows of the band, found by one sort
+        block = np.ascontiguousarray(signatures[:, band * rows : (band + 1) * rows])
+        keys = block.view(np.dtype((np.void, 8 * rows))).ravel()
+        order = np.argsort(keys, kind="stable")
+        sorted_keys = keys[order]
+        starts = np.flatnonzero(np.concatenate([[True], sorted_keys[1:] != sorted_keys[:-1], [True]]))
+        for lo, hi in zip(starts[:-1], starts[1:]):
+            if hi - lo > 1:
+                members = np.sort(order[lo:hi]).tolist()
+                pairs.update((members[x], members[y]) for x in range(len(members))
+                             for y in range(x + 1, len(members)))
     return pairs
 
 

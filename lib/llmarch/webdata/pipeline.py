@@ -5,12 +5,22 @@ Book: Pretraining data, "The pipeline".
 
 Stages, in order (each keeps its own counts, and gives a reason for every document it removes):
 
-- ``extract``: read the record, keep HTTP 2xx HTML responses, extract the main text (trafilatura);
-- ``language``: keep English with probability >= ``min_language_probability`` (py3langid);
+- ``extract``: read the record, keep HTTP 2xx HTML responses and HTML resources, decode them as browsers do
+  and extract the main text (trafilatura); WET ``conversion`` records are text already. It runs while the
+  file is read, so that a worker holds the text of a file's pages, not its records;
+- ``url``: a domain blocklist and URL word scores (:mod:`.urlfilter`; passes everything unless configured);
+- ``language``: keep the ``languages`` (default English) with probability >= ``min_language_probability``
+  (py3langid); the later filters use the rules of the language found (:mod:`.languages`);
+- ``gopher_quality``: Gopher's quality rules (length, word length, symbols, bullets, stop words), linear in
+  the text and run first: an 8 MB one-line page fails its word count before the repetition statistics
+  spend seconds on it (the two filters change no text, so their order changes which stage names a page
+  that fails both, never what is kept);
 - ``gopher_repetition``: Gopher's repetition rules (duplicate lines, paragraphs and n-grams);
-- ``gopher_quality``: Gopher's quality rules (length, word length, symbols, bullets, stop words);
 - ``c4``: C4's line rules (lines dropped) and page rules (page removed);
+- ``quality_model``: a hashed n-gram classifier and its threshold (:mod:`.classifier`; off unless configured);
 - ``pii``: e-mail addresses, phone numbers and IPv4 addresses replaced (a transform: it removes nothing);
+- ``decontamination``: the spans around a benchmark's 13-grams cut out (:mod:`.decontaminate`; off unless
+  configured);
 - ``exact_dedup``: one document per hash of the normalised text, across all inputs;
 - ``near_dedup``: one document per cluster of near duplicates (MinHash LSH), across all inputs;
 - ``substring_dedup``: every span of >= ``substring_min_words`` words that occurs twice in the corpus is cut
@@ -20,9 +30,10 @@ Stages, in order (each keeps its own counts, and gives a reason for every docume
 record in the file). The deduplication stages keep the first document of each group in this order, so a
 page's first appearance in the crawl survives its copies, whatever the partitioning.
 
-**Scale-out.** The per-document stages (``extract`` to ``pii``) are a ``map`` over a ``dask.bag`` of records,
-split into ``partitions`` partitions. Each deduplication stage is global and needs a shuffle, not a
-per-partition pass (which would miss duplicates in different partitions):
+**Scale-out.** ``extract`` runs in one task per input file; the other per-document stages (``url`` to
+``decontamination``, :mod:`.stages`) are a ``map`` over a ``dask.bag`` of documents, split into ``partitions``
+partitions. Each deduplication stage is global and needs a shuffle, not a per-partition pass (which would
+miss duplicates in different partitions):
 
 - exact: a ``groupby`` (task-based shuffle) on the hash of the normalised text; in each group the first
   document stays and the others name it as ``duplicate_of``;
@@ -32,10 +43,12 @@ per-partition pass (which would miss duplicates in different partitions):
   and the connected components of the verified pairs (union-find) are the clusters: the first document of
   each stays;
 - substring: one suffix array over the word tokens of all remaining documents (:func:`repeated_spans_across`);
-  it removes **every** occurrence of a repeated span, the first one included, as the ``repeated_spans``
-  of the library define them: text that the corpus repeats verbatim (licences, boilerplate, quoted passages)
-  is removed from all documents, while the documents themselves stay unless too little is left. Keeping the
-  first occurrence would keep one copy of each boilerplate passage, in whichever document came first.
+  by default it removes **every** occurrence of a repeated span, the first one included, as the
+  ``repeated_spans`` of the library define them: text that the corpus repeats verbatim (licences,
+  boilerplate, quoted passages) is removed from all documents, while the documents themselves stay unless
+  too little is left. With ``substring_keep_first`` the first occurrence stays (one copy of each
+  boilerplate passage, in whichever document came first): on real pages, where near dedup misses edited
+  copies, the default cuts the shared text out of the original too.
 
 Between the stages the driver (this process) receives the decisions: the duplicates of each group, the
 candidate pairs and the shingle hashes of their documents (verified and clustered here); the repeated spans
@@ -48,8 +61,9 @@ or worker saw a document.
 
 **Outputs** (written atomically: a temporary file, then a rename; rows in document order):
 
-- ``kept.jsonl``: ``{"id", "url", "source", "offset", "text"}`` per kept document;
-- ``removed.jsonl``: ``{"id", "url", "source", "offset", "stage", "reasons", "duplicate_of", "excerpt"}``
+- ``kept.jsonl``: ``{"id", "url", "source", "offset", "charset", "text"}`` per kept document;
+- ``removed.jsonl``: ``{"id", "url", "source", "offset", "charset", "stage", "reasons", "duplicate_of",
+  "excerpt"}``
   per removed document (``excerpt``: the first 300 characters of its text when removed);
 - ``stats.json``: the inputs, record counts, read errors and, per stage, the documents and bytes (UTF-8 text;
   the HTML payload for ``extract``'s input) in and out, the removal reasons and the number of documents a
@@ -65,7 +79,7 @@ import re
 import sys
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, fields
 from operator import itemgetter
 from pathlib import Path
 
@@ -75,10 +89,8 @@ import numpy as np
 from dask.callbacks import Callback
 from tqdm import tqdm
 
-from .langid import language_filter
 from .minhash import (
     band_keys,
-    choose_bands,
     connected_components,
     hash_items,
     jaccard,
@@ -86,104 +98,16 @@ from .minhash import (
     shingles,
     words,
 )
-from .pii import find_pii, redact_pii
-from .quality import FilterResult, c4_filter, gopher_quality_filter, gopher_repetition_filter
+from .languages import language_words
+from .stages import STAGES, Document, PipelineConfig, _passed, _removed, document_stages, read_input
 from .suffix import repeated_spans_across
-from .warc import ReadError, WarcRecord, extract_text, is_html, iter_warc
+from .warc import PAGE_RECORD_TYPES, ReadError
 
 __all__ = ["STAGES", "PipelineConfig", "Document", "PipelineResult", "run_pipeline", "write_outputs",
            "pipeline_stats"]
 
-STAGES = ("extract", "language", "gopher_repetition", "gopher_quality", "c4", "pii", "exact_dedup",
-          "near_dedup", "substring_dedup")
-"""The stages in the order they run; the names used in ``stats.json`` and ``removed.jsonl``."""
-
 EXCERPT_CHARS = 300
 _TOKEN = re.compile(r"\S+")
-
-
-@dataclass(frozen=True)
-class PipelineConfig:
-    """The pipeline's parameters (defaults in brackets).
-
-    ``languages`` (``("en",)``) and ``min_language_probability`` (0.5): the language filter.
-    ``near_threshold`` (0.8), ``num_perm`` (128), ``ngram`` (5), ``minhash_seed`` (0): near deduplication on word
-    5-gram shingles; ``bands``/``rows`` default to ``choose_bands(near_threshold, num_perm, 0.05, 0.95)``, a
-    band choice that favours recall ((16, 8) at 0.8: a pair at the threshold becomes a candidate with
-    probability 0.95) because every candidate is verified exactly, so a false candidate only costs a check.
-    ``substring_min_words`` (50): the shortest repeated span cut out, in whitespace-separated words (Lee et
-    al. used 50 BPE tokens); ``min_words`` (50, Gopher's minimum): a document shorter after the cut is removed.
-    ``partitions`` (8): the number of partitions of the per-document stages.
-
-    Book: Pretraining data, "The pipeline"
-    """
-
-    languages: tuple[str, ...] = ("en",)
-    min_language_probability: float = 0.5
-    near_threshold: float = 0.8
-    num_perm: int = 128
-    ngram: int = 5
-    minhash_seed: int = 0
-    bands: int | None = None
-    rows: int | None = None
-    substring_min_words: int = 50
-    min_words: int = 50
-    partitions: int = 8
-
-    def __post_init__(self):
-        if isinstance(self.languages, str) or not self.languages or not all(
-                isinstance(x, str) and x for x in self.languages):
-            raise ValueError(f"languages must be a non-empty tuple of language codes, got {self.languages!r}")
-        object.__setattr__(self, "languages", tuple(self.languages))
-        if not 0.0 <= self.min_language_probability <= 1.0:
-            raise ValueError(f"min_language_probability must lie in [0, 1], got {self.min_language_probability!r}")
-        if not 0.0 < self.near_threshold < 1.0:
-            raise ValueError(f"near_threshold must lie in (0, 1), got {self.near_threshold!r}")
-        for name in ("num_perm", "ngram", "substring_min_words", "partitions"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be a positive integer, got {value!r}")
-        if isinstance(self.min_words, bool) or not isinstance(self.min_words, int) or self.min_words < 0:
-            raise ValueError(f"min_words must be a non-negative integer, got {self.min_words!r}")
-        if isinstance(self.minhash_seed, bool) or not isinstance(self.minhash_seed, int) or self.minhash_seed < 0:
-            raise ValueError(f"minhash_seed must be a non-negative integer, got {self.minhash_seed!r}")
-        if (self.bands is None) != (self.rows is None):
-            raise ValueError("give both bands and rows, or neither")
-        if self.bands is None:
-            bands, rows = choose_bands(self.near_threshold, self.num_perm, 0.05, 0.95)
-            object.__setattr__(self, "bands", bands)
-            object.__setattr__(self, "rows", rows)
-        elif self.bands < 1 or self.rows < 1 or self.bands * self.rows > self.num_perm:
-            raise ValueError(f"bands * rows must be at most num_perm = {self.num_perm}, got {self.bands} * {self.rows}")
-
-
-@dataclass(frozen=True)
-class Document:
-    """A response record on its way through the stages.
-
-    ``order`` is ``(input index, offset)``; ``text`` the current text; ``removed_by`` the stage that removed it
-    (``None`` while kept) with its ``reasons`` and, for a duplicate, the ``id`` it duplicates; ``trace`` has one
-    ``(stage, bytes in, bytes out, modified)`` per stage the document entered (bytes out 0 when removed);
-    ``pii`` counts the replacements of each kind.
-
-    Book: Pretraining data, "The pipeline"
-    """
-
-    id: str
-    url: str
-    source: str
-    offset: int
-    order: tuple[int, int]
-    text: str = ""
-    removed_by: str | None = None
-    reasons: tuple[str, ...] = ()
-    duplicate_of: str | None = None
-    trace: tuple[tuple[str, int, int, bool], ...] = ()
-    pii: tuple[tuple[str, int], ...] = ()
-
-    @property
-    def kept(self) -> bool:
-        return self.removed_by is None
 
 
 @dataclass
@@ -200,99 +124,8 @@ class PipelineResult:
     inputs: list[dict] = field(default_factory=list)
 
 
-def _nbytes(text: str) -> int:
-    return len(text.encode("utf-8"))
-
-
-def _passed(doc: Document, stage: str, text: str, **changes) -> Document:
-    step = (stage, _nbytes(doc.text), _nbytes(text), text != doc.text)
-    return replace(doc, text=text, trace=doc.trace + (step,), **changes)
-
-
-def _removed(doc: Document, stage: str, reasons: Sequence[str], duplicate_of: str | None = None,
-             text: str | None = None) -> Document:
-    """``doc`` removed by ``stage``; ``text`` (default: unchanged) is what the stage left, kept for the excerpt."""
-    step = (stage, _nbytes(doc.text), 0, False)
-    return replace(doc, text=doc.text if text is None else text, removed_by=stage, reasons=tuple(reasons),
-                   duplicate_of=duplicate_of, trace=doc.trace + (step,))
-
-
-# -- Reading and the per-document stages ------------------------------------------------------------------------
-
-def read_input(path: str, index: int) -> tuple[list[tuple[int, WarcRecord]], list[ReadError], dict[str, int]]:
-    """Read one WARC file: its response records (with the input ``index``), its read errors, and the number
-    of records of each type.
-
-    Book: Pretraining data, "The pipeline"
-    """
-    responses, errors, types = [], [], Counter()
-    for item in iter_warc(path):
-        if isinstance(item, ReadError):
-            errors.append(item)
-            continue
-        types[item.rec_type] += 1
-        if item.rec_type == "response":
-            responses.append((index, item))
-    return responses, errors, dict(types)
-
-
-def extract_stage(index: int, record: WarcRecord) -> Document:
-    """Stage ``extract``: a Document from a response record, removed when the response is not a 2xx HTML page
-    with text (reasons ``extract:http_status:<code>``, ``extract:not_html:<media type>``,
-    ``extract:empty_payload``, ``extract:no_text``, or ``extract:extractor_error:<exception>`` when the
-    extractor fails on the page).
-
-    Book: Pretraining data, "The pipeline"
-    """
-    doc = Document(record.id, record.url, record.source, record.offset, (index, record.offset))
-    step_in = len(record.payload)
-    reason = None
-    if record.status is None or not 200 <= record.status < 300:
-        reason = f"extract:http_status:{record.status}"
-    elif not is_html(record.content_type):
-        reason = f"extract:not_html:{record.content_type.split(';')[0].strip().lower() or 'unknown'}"
-    elif not record.payload.strip():
-        reason = "extract:empty_payload"
-    text = ""
-    if reason is None:
-        try:
-            text = extract_text(record.payload, record.content_type, record.url)
-        except Exception as exc:  # noqa: BLE001 - one page the extractor cannot parse must not stop the run
-            reason = f"extract:extractor_error:{type(exc).__name__}"
-    if reason is None and not text:
-        reason = "extract:no_text"
-    if reason:
-        return replace(doc, removed_by="extract", reasons=(reason,), trace=(("extract", step_in, 0, False),))
-    return replace(doc, text=text, trace=(("extract", step_in, _nbytes(text), True),))
-
-
-def _filter(doc: Document, stage: str, result: FilterResult) -> Document:
-    return _passed(doc, stage, result.text) if result.keep else _removed(doc, stage, result.reasons)
-
-
-def document_stages(doc: Document, config: PipelineConfig) -> Document:
-    """Stages ``language`` to ``pii`` on one document (each skipped once the document is removed).
-
-    Book: Pretraining data, "The pipeline"
-    """
-    steps = (
-        ("language", lambda t: language_filter(t, config.languages, config.min_language_probability)),
-        ("gopher_repetition", gopher_repetition_filter),
-        ("gopher_quality", gopher_quality_filter),
-        ("c4", c4_filter),
-    )
-    for stage, check in steps:
-        if not doc.kept:
-            return doc
-        doc = _filter(doc, stage, check(doc.text))
-    if not doc.kept:
-        return doc
-    found = Counter(span.kind for span in find_pii(doc.text))
-    return _passed(doc, "pii", redact_pii(doc.text), pii=tuple(sorted(found.items())))
-
-
-def _process_partition(items: list[tuple[int, WarcRecord]], config: PipelineConfig) -> list[Document]:
-    return [document_stages(extract_stage(index, record), config) for index, record in items]
+def _process_partition(documents: list[Document], config: PipelineConfig) -> list[Document]:
+    return [document_stages(doc, config) for doc in documents]
 
 
 # -- Exact deduplication ----------------------------------------------------------------------------------------
@@ -368,15 +201,17 @@ def _token_ids(doc: Document) -> tuple[tuple[int, int], np.ndarray]:
     return doc.order, np.array(ids, dtype=np.int64)
 
 
-def repeated_word_spans(token_arrays: list[tuple[tuple[int, int], np.ndarray]], min_words: int) -> dict:
+def repeated_word_spans(token_arrays: list[tuple[tuple[int, int], np.ndarray]], min_words: int,
+                        keep_first: bool = False) -> dict:
     """``{order: [(start, end), ...]}``: the token ranges of each document covered by a span of at least
-    ``min_words`` tokens that occurs twice in the collection (:func:`repeated_spans_across`); documents
-    without such a span are left out.
+    ``min_words`` tokens that occurs twice in the collection (:func:`repeated_spans_across`; with
+    ``keep_first``, only the occurrences after the first in document order); documents without such a span
+    are left out.
 
     Book: Pretraining data, "The pipeline"
     """
     token_arrays = sorted(token_arrays, key=itemgetter(0))
-    spans = repeated_spans_across([tokens for _, tokens in token_arrays], min_words)
+    spans = repeated_spans_across([tokens for _, tokens in token_arrays], min_words, keep_first=keep_first)
     return {order: s for (order, _), s in zip(token_arrays, spans) if s}
 
 
@@ -406,7 +241,7 @@ def _apply_substring(doc: Document, spans: dict, min_words: int) -> Document:
     if not doc.kept:
         return doc
     text = cut_spans(doc.text, spans[doc.order]) if doc.order in spans else doc.text
-    if len(text.split()) < min_words:
+    if len(language_words(text, doc.language or "en")) < min_words:
         return _removed(doc, "substring_dedup", ("substring_dedup:too_short",), text=text)
     return _passed(doc, "substring_dedup", text)
 
@@ -489,8 +324,8 @@ def run_pipeline(paths, config: PipelineConfig | None = None, client=None, progr
     delayed_cfg = dask.delayed(config, traverse=False)
 
     reads = [dask.delayed(read_input, nout=3, pure=True)(name, i) for i, name in enumerate(names)]
-    records = db.from_delayed([r[0] for r in reads]).repartition(config.partitions)
-    docs = records.map_partitions(_process_partition, delayed_cfg)
+    extracted = db.from_delayed([r[0] for r in reads]).repartition(config.partitions)
+    docs = extracted.map_partitions(_process_partition, delayed_cfg)
     meta = dask.delayed(list)([dask.delayed(tuple)([r[1], r[2]]) for r in reads])
     docs, meta = run.persist("extract and filter", docs, meta)
     meta = meta.compute(scheduler="sync") if client is None else client.compute(meta, sync=True)
@@ -512,7 +347,8 @@ def run_pipeline(paths, config: PipelineConfig | None = None, client=None, progr
 
     # exact-substring deduplication: one suffix array over the tokens of the whole corpus
     tokens = docs.filter(lambda d: d.kept).map(_token_ids)
-    spans = dask.delayed(repeated_word_spans, pure=True)(tokens, config.substring_min_words)
+    spans = dask.delayed(repeated_word_spans, pure=True)(tokens, config.substring_min_words,
+                                                         config.substring_keep_first)
     docs = docs.map(_apply_substring, spans, config.min_words)
     documents = sorted(run.compute("substring dedup", docs), key=lambda d: d.order)
 
@@ -521,12 +357,31 @@ def run_pipeline(paths, config: PipelineConfig | None = None, client=None, progr
     inputs = []
     for name, (read_errors, counts) in zip(names, meta):
         types.update(counts)
-        inputs.append({"source": name, "records": sum(counts.values()), "responses": counts.get("response", 0),
-                       "read_errors": len(read_errors)})
+        pages = sum(counts.get(kind, 0) for kind in PAGE_RECORD_TYPES)
+        entry = {"source": name, "records": sum(counts.values()), "responses": counts.get("response", 0),
+                 "pages": pages, "read_errors": len(read_errors)}
+        if not pages:
+            entry["warning"] = "no page record (response, resource or conversion) in this file"
+        inputs.append(entry)
     return PipelineResult(documents, errors, dict(sorted(types.items())), inputs)
 
 
 # -- Outputs ----------------------------------------------------------------------------------------------------
+
+def _config_summary(config: PipelineConfig) -> dict:
+    """The configuration as JSON values, without ``partitions`` (the results do not depend on it); the
+    URL filter, quality model and benchmark are described by their sizes."""
+    summary = {f.name: getattr(config, f.name) for f in fields(config) if f.name != "partitions"}
+    if config.url_filter is not None:
+        url = config.url_filter
+        summary["url_filter"] = {"blocked_domains": len(url.blocked_domains), "hard_words": len(url.hard_words),
+                                 "soft_words": len(url.soft_words), "soft_threshold": url.soft_threshold}
+    if config.quality_model is not None:
+        summary["quality_model"] = {"buckets": len(config.quality_model.weights)}
+    if config.benchmark_ngrams is not None:
+        summary["benchmark_ngrams"] = len(config.benchmark_ngrams)
+    return summary
+
 
 def pipeline_stats(result: PipelineResult, config: PipelineConfig) -> dict:
     """The content of ``stats.json``: inputs, record types, read errors, and per stage the documents and bytes in
@@ -565,7 +420,7 @@ def pipeline_stats(result: PipelineResult, config: PipelineConfig) -> dict:
         "read_errors": [e.as_dict() for e in result.read_errors],
         "documents": {"in": len(result.documents), "kept": kept, "removed": len(result.documents) - kept},
         "stages": waterfall,
-        "config": {k: v for k, v in asdict(config).items() if k != "partitions"},  # results do not depend on it
+        "config": _config_summary(config),
     }
 
 
@@ -591,9 +446,10 @@ def write_outputs(out_dir, result: PipelineResult, config: PipelineConfig) -> di
     for doc in result.documents:
         base = {"id": doc.id, "url": doc.url, "source": doc.source, "offset": doc.offset}
         if doc.kept:
-            kept.append(_json_line({**base, "text": doc.text}))
+            kept.append(_json_line({**base, "charset": doc.charset, "text": doc.text}))
         else:
-            removed.append(_json_line({**base, "stage": doc.removed_by, "reasons": list(doc.reasons),
+            removed.append(_json_line({**base, "charset": doc.charset, "stage": doc.removed_by,
+                                       "reasons": list(doc.reasons),
                                        "duplicate_of": doc.duplicate_of, "excerpt": doc.text[:EXCERPT_CHARS]}))
     stats = pipeline_stats(result, config)
     _write_atomic(out / "kept.jsonl", "".join(kept))

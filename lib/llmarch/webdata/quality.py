@@ -32,6 +32,11 @@ lines or paragraphs, more than 20% of the characters in duplicate lines or parag
 2-, 3-, 4-gram covering more than 20%, 18%, 16% of the characters, or the duplicate word 5- to 10-grams
 covering more than 15%, 14%, 13%, 12%, 11%, 10% of them.
 
+Other languages (:mod:`.languages`): every filter takes ``language`` (default ``"en"``), which sets what a
+word is, the stop words and the sentence and line ends; an unknown language is a ``ValueError``. C4's
+terminal-punctuation rule can be turned off (``terminal_punctuation=False``), as FineWeb did (Penedo et al.
+2024): it drops every line without an end mark, code and list items included.
+
 Our reading of what the appendix leaves open: words are whitespace-separated; word length is counted on
 words that contain a letter or digit, with surrounding punctuation stripped; stop words are matched on the
 lower-cased words stripped of punctuation (``"The,"`` counts as "the"); bullets are ``• ‣ ▪ ◦ - * –``;
@@ -48,6 +53,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from llmarch._checks import check_int, check_text
+
+from .languages import LANGUAGE_RULES, language_rules, language_words
 
 __all__ = [
     "FilterResult",
@@ -89,21 +96,19 @@ class FilterResult:
 C4_POLICY_PHRASES = ("terms of use", "privacy policy", "cookie policy", "uses cookies", "use of cookies", "use cookies")
 """Lines containing one of these (lower-cased) are boilerplate notices (Raffel et al. 2020, section 2.2)."""
 
-_C4_END_MARKS = (".", "!", "?", '"')
 _C4_CITATION = re.compile(r"\[\d*\]|\[edit\]|\[citation needed\]")
 _C4_MAX_WORD_LENGTH = 1000
-_SENTENCE_END = re.compile(r"[.!?]+[\"'”’)\]]*(?=\s|$)")
 
 
-def count_sentences(text: str) -> int:
+def count_sentences(text: str, language: str = "en") -> int:
     """Number of sentence ends in ``text``: runs of ``. ! ?``, optionally followed by closing quotes or
     brackets, before whitespace or the end of the text (a stand-in for NLTK's Punkt that C4 used; it also
-    counts abbreviations such as "Dr." as ends).
+    counts abbreviations such as "Dr." as ends); in ``ja`` and ``zh``, runs of ``。 ！ ？``.
 
     Book: Pretraining data, "Quality filters"
     """
     check_text("text", text)
-    return len(_SENTENCE_END.findall(text))
+    return len(language_rules(language).sentence_end.findall(text))
 
 
 def _bad_word_pattern(bad_words: Iterable[str]) -> re.Pattern | None:
@@ -113,14 +118,15 @@ def _bad_word_pattern(bad_words: Iterable[str]) -> re.Pattern | None:
     return re.compile(r"(?<![a-z])(?:" + "|".join(map(re.escape, words)) + r")(?![a-z])")
 
 
-def _c4_line(line: str, min_words_per_line: int, bad: re.Pattern | None) -> FilterResult:
+def _c4_line(line: str, min_words_per_line: int, bad: re.Pattern | None, language: str,
+             terminal_punctuation: bool) -> FilterResult:
     line = line.strip()
     if any(len(word) > _C4_MAX_WORD_LENGTH for word in line.split()):
         return FilterResult(False, ("c4:word_too_long",), line)
     line = _C4_CITATION.sub("", line).strip()
-    if not line.endswith(_C4_END_MARKS) or line.endswith("..."):
+    if terminal_punctuation and (not line.endswith(LANGUAGE_RULES[language].line_ends) or line.endswith("...")):
         return FilterResult(False, ("c4:no_terminal_punctuation",), line)
-    if len(line.split()) < min_words_per_line:
+    if len(language_words(line, language)) < min_words_per_line:
         return FilterResult(False, ("c4:too_few_words",), line)
     lower = line.lower()
     if "lorem ipsum" in lower:
@@ -139,7 +145,8 @@ def _c4_line(line: str, min_words_per_line: int, bad: re.Pattern | None) -> Filt
 _C4_PAGE_RULES = ("c4:lorem_ipsum", "c4:curly_bracket", "c4:bad_word")
 
 
-def c4_line_filter(line: str, min_words_per_line: int = 5, bad_words: Iterable[str] = ()) -> FilterResult:
+def c4_line_filter(line: str, min_words_per_line: int = 5, bad_words: Iterable[str] = (), language: str = "en",
+                   terminal_punctuation: bool = True) -> FilterResult:
     """C4's rules for one line, in TFDS's order (module docstring): ``text`` is the stripped line without
     citation markers; ``reasons`` is one of ``c4:word_too_long``, ``c4:no_terminal_punctuation``,
     ``c4:too_few_words``, ``c4:javascript``, ``c4:policy`` (the line is dropped) or ``c4:lorem_ipsum``,
@@ -153,31 +160,35 @@ def c4_line_filter(line: str, min_words_per_line: int = 5, bad_words: Iterable[s
     if "\n" in line.strip():
         raise ValueError("line contains a line break; pass one line (or use c4_filter for a page)")
     check_int("min_words_per_line", min_words_per_line)
-    return _c4_line(line, min_words_per_line, _bad_word_pattern(bad_words))
+    language_rules(language)
+    return _c4_line(line, min_words_per_line, _bad_word_pattern(bad_words), language, terminal_punctuation)
 
 
 def c4_filter(
-    text: str, min_words_per_line: int = 5, min_sentences: int = 3, bad_words: Iterable[str] = ()
+    text: str, min_words_per_line: int = 5, min_sentences: int = 3, bad_words: Iterable[str] = (),
+    language: str = "en", terminal_punctuation: bool = True,
 ) -> FilterResult:
     """C4's page cleaning: drop lines by :func:`c4_line_filter`, remove the page for a page-level rule
     (``c4:lorem_ipsum``, ``c4:curly_bracket``, ``c4:bad_word``) or when the kept lines have fewer than
     ``min_sentences`` sentences (``c4:too_few_sentences``). ``text`` is the kept lines joined by newlines.
+    ``terminal_punctuation=False`` is FineWeb's variant, without the terminal-punctuation rule.
 
     Book: Pretraining data, "Quality filters"
     """
     check_text("text", text)
     check_int("min_words_per_line", min_words_per_line)
     check_int("min_sentences", min_sentences)
+    language_rules(language)
     bad = _bad_word_pattern(bad_words)
     kept = []
     for line in text.splitlines():
-        result = _c4_line(line, min_words_per_line, bad)
+        result = _c4_line(line, min_words_per_line, bad, language, terminal_punctuation)
         if result.reason in _C4_PAGE_RULES:
             return FilterResult(False, result.reasons, "")
         if result.keep:
             kept.append(result.text)
     cleaned = "\n".join(kept)
-    if sum(count_sentences(line) for line in kept) < min_sentences:
+    if sum(count_sentences(line, language) for line in kept) < min_sentences:
         return FilterResult(False, ("c4:too_few_sentences",), cleaned)
     return FilterResult(True, (), cleaned)
 
@@ -186,24 +197,26 @@ def c4_filter(
 # Gopher
 # ---------------------------------------------------------------------------------------------------------
 
-GOPHER_STOP_WORDS = frozenset({"the", "be", "to", "of", "and", "that", "have", "with"})
-"""A document needs at least two of these (Rae et al. 2021, appendix A.1.1)."""
+GOPHER_STOP_WORDS = LANGUAGE_RULES["en"].stop_words
+"""A document needs at least two of these (Rae et al. 2021, appendix A.1.1): the, be, to, of, and, that,
+have, with."""
 
 _BULLETS = ("•", "‣", "▪", "◦", "-", "*", "–")
 _ELLIPSES = ("...", "…")
 _PUNCT_EDGES = re.compile(r"^[\W_]+|[\W_]+$")
 
 
-def gopher_statistics(text: str) -> dict[str, float]:
+def gopher_statistics(text: str, language: str = "en") -> dict[str, float]:
     """The quantities Gopher's quality filter thresholds: ``words``, ``mean_word_length``,
     ``hash_ratio``, ``ellipsis_ratio`` (symbols per word), ``bullet_lines``, ``ellipsis_lines`` (fractions of
     non-empty lines), ``alphabetic_words`` (fraction of words with a letter), ``stop_words`` (how many distinct
-    stop words occur).
+    stop words of ``language`` occur).
 
     Book: Pretraining data, "Quality filters"
     """
     check_text("text", text)
-    tokens = text.split()
+    rules = language_rules(language)
+    tokens = language_words(text, language)
     n = len(tokens)
     stripped = [_PUNCT_EDGES.sub("", t) for t in tokens]
     lengths = [len(s) for s in stripped if s]
@@ -216,7 +229,7 @@ def gopher_statistics(text: str) -> dict[str, float]:
         "bullet_lines": sum(line.startswith(_BULLETS) for line in lines) / len(lines) if lines else 0.0,
         "ellipsis_lines": sum(line.endswith(_ELLIPSES) for line in lines) / len(lines) if lines else 0.0,
         "alphabetic_words": sum(any(c.isalpha() for c in t) for t in tokens) / n if n else 0.0,
-        "stop_words": len(GOPHER_STOP_WORDS & {s.lower() for s in stripped}),
+        "stop_words": len(rules.stop_words & {s.lower() for s in stripped}),
     }
 
 
@@ -231,18 +244,22 @@ def gopher_quality_filter(
     max_ellipsis_lines: float = 0.3,
     min_alphabetic_words: float = 0.8,
     min_stop_words: int = 2,
+    language: str = "en",
 ) -> FilterResult:
     """Gopher's quality heuristics (Rae et al. 2021, appendix A.1.1; defaults are the paper's). ``reasons``
     lists every failed rule: ``gopher:word_count``, ``gopher:mean_word_length``, ``gopher:hash_ratio``,
     ``gopher:ellipsis_ratio``, ``gopher:bullet_lines``, ``gopher:ellipsis_lines``,
-    ``gopher:alphabetic_words``, ``gopher:stop_words``.
+    ``gopher:alphabetic_words``, ``gopher:stop_words``. Words are counted in ``language``; in ``ja`` and
+    ``zh`` (a word is a character) the mean-word-length rule is not applied.
 
     Book: Pretraining data, "Quality filters"
     """
-    s = gopher_statistics(text)
+    s = gopher_statistics(text, language)
+    spaced = LANGUAGE_RULES[language].spaced
     checks = [
         ("gopher:word_count", not min_words <= s["words"] <= max_words),
-        ("gopher:mean_word_length", not min_mean_word_length <= s["mean_word_length"] <= max_mean_word_length),
+        ("gopher:mean_word_length",
+         spaced and not min_mean_word_length <= s["mean_word_length"] <= max_mean_word_length),
         ("gopher:hash_ratio", s["hash_ratio"] > max_symbol_ratio),
         ("gopher:ellipsis_ratio", s["ellipsis_ratio"] > max_symbol_ratio),
         ("gopher:bullet_lines", s["bullet_lines"] > max_bullet_lines),
@@ -293,19 +310,20 @@ def _covered_chars(word_lengths: list[int], starts: Iterable[int], n: int) -> in
     return sum(length for length, c in zip(word_lengths, covered) if c)
 
 
-def gopher_repetition_statistics(text: str) -> dict[str, float]:
+def gopher_repetition_statistics(text: str, language: str = "en") -> dict[str, float]:
     """The statistics of Gopher's repetition filter (keys of :data:`GOPHER_REPETITION_THRESHOLDS`), each a
-    fraction in ``[0, 1]`` (reading of the module docstring).
+    fraction in ``[0, 1]`` (reading of the module docstring), on the words of ``language``.
 
     Book: Pretraining data, "Quality filters"
     """
     check_text("text", text)
+    language_rules(language)
     lines = [line.strip() for line in text.splitlines() if line.strip()]
     paragraphs = [p.strip() for p in re.split(r"\n\s*\n", text) if p.strip()]
     stats = {}
     stats["duplicate_lines"], stats["duplicate_line_chars"] = _duplicate_fractions(lines)
     stats["duplicate_paragraphs"], stats["duplicate_paragraph_chars"] = _duplicate_fractions(paragraphs)
-    tokens = text.split()
+    tokens = language_words(text, language)
     lengths = [len(t) for t in tokens]
     total = sum(lengths)
     for n in range(2, 11):
@@ -326,7 +344,8 @@ def gopher_repetition_statistics(text: str) -> dict[str, float]:
     return stats
 
 
-def gopher_repetition_filter(text: str, thresholds: dict[str, float] | None = None) -> FilterResult:
+def gopher_repetition_filter(text: str, thresholds: dict[str, float] | None = None,
+                             language: str = "en") -> FilterResult:
     """Gopher's repetition filter (Rae et al. 2021, Table A1): ``reasons`` lists ``"gopher:<statistic>"`` for
     every statistic above its threshold (default :data:`GOPHER_REPETITION_THRESHOLDS`).
 
@@ -338,6 +357,6 @@ def gopher_repetition_filter(text: str, thresholds: dict[str, float] | None = No
         if unknown:
             raise ValueError(f"unknown repetition statistics {sorted(unknown)}; known: {sorted(limits)}")
         limits.update(thresholds)
-    stats = gopher_repetition_statistics(text)
+    stats = gopher_repetition_statistics(text, language)
     reasons = tuple(f"gopher:{key}" for key, limit in limits.items() if stats[key] > limit)
     return FilterResult(not reasons, reasons, text)
