@@ -189,6 +189,8 @@ class MultiHeadAttention(nn.Module):
         t5_num_buckets: int = 32,
         t5_max_distance: int = 128,
         rotary: RotaryEmbedding | None = None,
+        qk_norm: bool = False,
+        qk_norm_eps: float = 1e-6,
     ):
         super().__init__()
         if pos_encoding not in POS_ENCODINGS:
@@ -215,6 +217,10 @@ class MultiHeadAttention(nn.Module):
             if self.rotary.d_head != d_head:
                 raise ValueError(f"rotary is built for d_head={self.rotary.d_head} but the heads have d_head={d_head}")
         self.relative_bias = T5RelativeBias(n_heads, t5_num_buckets, t5_max_distance) if pos_encoding == "t5" else None
+        # QK-norm (Dehghani et al., 2023; Gemma 3, Qwen3): RMSNorm of each head's query and key, before RoPE,
+        # which bounds the attention logits by |g_q| |g_k| sqrt(d_head) whatever the weights grow to.
+        self.q_norm = nn.RMSNorm(d_head, eps=qk_norm_eps) if qk_norm else None
+        self.k_norm = nn.RMSNorm(d_head, eps=qk_norm_eps) if qk_norm else None
 
     def split_heads(self, x: torch.Tensor, n_heads: int) -> torch.Tensor:
         """``(B, T, n_heads * d_head) -> (B, n_heads, T, d_head)``."""
@@ -236,6 +242,8 @@ class MultiHeadAttention(nn.Module):
         q = self.split_heads(self.q_proj(x), self.n_heads)
         k = self.split_heads(self.k_proj(context), self.n_kv_heads)
         v = self.split_heads(self.v_proj(context), self.n_kv_heads)
+        if self.q_norm is not None:
+            q, k = self.q_norm(q), self.k_norm(k)
         return q, k, v
 
     def rotate_qk(self, q, k, positions=None, past: int = 0):

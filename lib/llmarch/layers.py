@@ -209,13 +209,15 @@ class TransformerBlock(nn.Module):
         ffn: str = "mlp",
         mlp_bias: bool | None = None,
         rotary: RotaryEmbedding | None = None,
+        qk_norm: bool = False,
     ):
         super().__init__()
         if ffn not in FFNS:
             raise ValueError(f"ffn must be one of {FFNS}, got {ffn!r}")
         self.norm_first = norm_first
         self.attn = MultiHeadAttention(d_model, n_heads, n_kv_heads=n_kv_heads, bias=bias, dropout=dropout,
-                                       pos_encoding=pos_encoding, rope_base=rope_base, rotary=rotary)
+                                       pos_encoding=pos_encoding, rope_base=rope_base, rotary=rotary,
+                                       qk_norm=qk_norm, qk_norm_eps=eps)
         self.norm1 = _make_norm(norm, d_model, eps)
         if cross_attention:
             self.cross_attn = MultiHeadAttention(d_model, n_heads, n_kv_heads=n_kv_heads, bias=bias, dropout=dropout)

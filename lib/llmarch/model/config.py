@@ -34,6 +34,10 @@ class GPTConfig:
       Shazeer, 2019). ``bias``: biases of the attention projections; ``mlp_bias``: of the FFN (default
       ``bias``). ``tie_embeddings``: the output layer shares the token embedding (Press & Wolf, 2017).
     - ``scale_embeddings``: multiply token embeddings by ``sqrt(d_model)``, as Vaswani et al. (2017) do.
+    - ``sliding_window``: each token attends to itself and the ``sliding_window - 1`` tokens before it
+      (Mistral 7B; Jiang et al., 2023); ``None`` for full causal attention.
+    - ``qk_norm``: RMSNorm (eps ``norm_eps``) of each head's queries and keys before RoPE (Dehghani et al.,
+      2023; Gemma 3, Qwen3); see ``llmarch.attention.MultiHeadAttention``.
     """
 
     vocab_size: int
@@ -58,6 +62,8 @@ class GPTConfig:
     rotary_fraction: float = 1.0
     rope_scaling: dict | None = None
     scale_embeddings: bool = False
+    sliding_window: int | None = None
+    qk_norm: bool = False
 
     def __post_init__(self):
         if self.pos_encoding not in POS_ENCODINGS:
@@ -73,6 +79,8 @@ class GPTConfig:
             raise ValueError(f"GPTConfig.norm must be one of {NORMS}, got {self.norm!r}")
         if self.ffn not in FFNS:
             raise ValueError(f"GPTConfig.ffn must be one of {FFNS}, got {self.ffn!r}")
+        if self.sliding_window is not None and self.sliding_window < 1:
+            raise ValueError(f"GPTConfig.sliding_window must be None or positive, got {self.sliding_window}")
         if self.rope_layout not in ROPE_LAYOUTS:
             raise ValueError(f"GPTConfig.rope_layout must be one of {ROPE_LAYOUTS}, got {self.rope_layout!r}")
         self.rope_scaling = check_rope_scaling(self.rope_scaling)
@@ -139,7 +147,7 @@ _LLAMA_SIZES = {
     "llama-3.1-8b": (128256, 131072, 4096, 32, 32, 8, 14336, 500000.0,
                      {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
                       "original_max_position_embeddings": 8192}),
-    # Mistral 7B v0.1 (Jiang et al., 2023); its 4,096-token sliding window is not modelled here.
+    # Mistral 7B v0.1 (Jiang et al., 2023), whose 4,096-token sliding window llama_config adds.
     "mistral-7b": (32000, 8192, 4096, 32, 32, 8, 14336, 10000.0, None),
 }
 
@@ -155,7 +163,7 @@ def llama_config(name: str = "llama-3-8b", **overrides) -> GPTConfig:
     config = GPTConfig(vocab_size=vocab, context_length=context, d_model=d_model, n_layers=n_layers, n_heads=n_heads,
                        n_kv_heads=n_kv, d_ff=d_ff, norm="rmsnorm", norm_eps=1e-5, ffn="swiglu", activation="silu", bias=False,
                        tie_embeddings=False, pos_encoding="rope", rope_base=base, rope_layout="half",
-                       rope_scaling=scaling)
+                       rope_scaling=scaling, sliding_window=4096 if name == "mistral-7b" else None)
     return dataclasses.replace(config, **overrides)
 
 
