@@ -521,8 +521,8 @@ def t5_span_counts(length: int, noise_density: float = 0.15, mean_span_length: f
 
     Rounding convention, that of the official code (``t5/data/preprocessors.py``: ``tf.round`` on ``float32``
     tensors): the products and quotients are computed in **float32** and rounded **half to even**. Both matter:
-    ``30 * 0.15 = 4.5`` rounds to 4, and ``190 * 0.15`` is ``28.500002`` in float32 (``28.499999999999996`` in
-    float64), so T5 masks 29 tokens where Python's ``round(190 * 0.15)`` gives 28.
+    ``30 * 0.15 = 4.5`` rounds to 4, and ``190 * 0.15`` is ``28.500002`` in float32 (exactly ``28.5`` in
+    float64, which rounds half to even), so T5 masks 29 tokens where Python's ``round(190 * 0.15)`` gives 28.
     """
     length = _check_int("length", length, 2)
     if not _is_number(noise_density) or not 0 < noise_density < 1:
