@@ -111,8 +111,10 @@ experiments: $(PY_STAMP)
 	$(PY) benchmarks/bench_attention.py --csv book/data/attention_benchmark.csv
 	$(PY) book/experiments/scaling_study.py
 	$(PY) book/experiments/modern_decoder.py
+	$(PY) book/experiments/modern_decoder_lr.py
 	$(PY) book/experiments/induction_heads.py
 	$(PY) book/experiments/pretraining_objectives.py
+	$(PY) book/experiments/t5_diagnostics.py
 	$(PY) book/experiments/pretraining_data.py
 	@# the execution cache keys on a chapter's code, not on the data it reads: drop it so the book shows the new results
 	rm -rf _build/.jupyter_cache
