@@ -26,8 +26,8 @@ class GPTConfig:
       Llama's ``swiglu_hidden_size(d_model)``); ``activation`` is the MLP's non-linearity or the SwiGLU gate's
       (``None``: ``gelu`` for ``mlp``, ``silu`` for ``swiglu``).
     - ``pos_encoding``: see ``llmarch.positional.POS_ENCODINGS``. RoPE (Su et al., 2024) takes ``rope_base``,
-      ``rope_layout`` (``interleaved`` pairs ``(2i, 2i+1)`` as RoFormer does; ``half`` pairs ``(i, i + d/2)``
-      as GPT-NeoX and Llama do), ``rotary_fraction`` (rotate only the first ``int(d_head * fraction)`` features
+      ``rope_layout`` (``interleaved`` pairs ``(2i, 2i+1)`` as RoFormer and Meta's Llama code do; ``half`` pairs
+      ``(i, i + d/2)`` as GPT-NeoX and transformers' Llama, whose conversion permutes W_q, W_k, do), ``rotary_fraction`` (rotate only the first ``int(d_head * fraction)`` features
       of each head: GPT-J, GPT-NeoX's ``rotary_pct``) and ``rope_scaling`` (``None`` or a dict with
       ``rope_type`` in linear (Chen et al., 2023), dynamic (dynamic NTK), yarn (Peng et al., 2023), llama3).
     - ``n_kv_heads``: grouped-query attention (Ainslie et al., 2023; ``1`` is multi-query attention,
