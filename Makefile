@@ -151,8 +151,10 @@ experiments: $(PY_STAMP)
 	$(PY) benchmarks/bench_attention.py --csv book/data/attention_benchmark.csv
 	$(PY) book/experiments/scaling_study.py
 	$(PY) book/experiments/modern_decoder.py
+	$(PY) book/experiments/modern_decoder_lr.py
 	$(PY) book/experiments/induction_heads.py
 	$(PY) book/experiments/pretraining_objectives.py
+	$(PY) book/experiments/t5_diagnostics.py
 	$(PY) book/experiments/pretraining_data.py
 	$(PY) book/experiments/training_at_scale.py
 	$(PY) -m autograder.assignments.ps11_loss_target

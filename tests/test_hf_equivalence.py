@@ -277,3 +277,52 @@ LLAMA_31_8B_CONFIG_JSON = {
 ])
 def test_published_configs_read_as_the_presets(published, preset):
     assert config_from_hf(published) == preset()
+
+
+# ----------------------------------------------------------------------------------------------------------
+# After Llama 3: Mistral's sliding window and Qwen3's QK-norm
+# ----------------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_mistral_sliding_window_matches_transformers(dtype):
+    """A window of 5 on 24-token inputs, so most queries lose keys; the same weights without the window differ."""
+    config = transformers.MistralConfig(vocab_size=VOCAB, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
+                                        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=32,
+                                        sliding_window=5, rms_norm_eps=1e-5)
+    ids = _ids(length=24)
+    ours = _compare(_hf_model(config, dtype), ids, dtype)
+    assert ours.config.sliding_window == 5
+    full = GPT(dataclasses.replace(ours.config, sliding_window=None)).to(dtype)
+    full.load_state_dict(ours.state_dict())
+    with torch.no_grad():
+        assert not torch.allclose(full(ids), ours(ids))
+        torch.testing.assert_close(full(ids[:, :5]), ours(ids[:, :5]))  # no query is past the window yet
+
+
+def test_sliding_window_with_a_kv_cache_equals_a_full_recompute():
+    from llmarch.kv_cache import KVCache
+    torch.manual_seed(0)
+    model = GPT(llama_config("llama-3-8b", vocab_size=VOCAB, context_length=32, d_model=32, n_layers=2, n_heads=4,
+                             n_kv_heads=2, d_ff=48, sliding_window=4)).double().eval()
+    ids = _ids(batch=2, length=12)
+    cache = KVCache(2)
+    with torch.no_grad():
+        steps = [model(ids[:, :5], kv_cache=cache)] + [model(ids[:, t: t + 1], kv_cache=cache) for t in range(5, 12)]
+        torch.testing.assert_close(torch.cat(steps, dim=1), model(ids), rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_qwen3_qk_norm_matches_transformers(dtype):
+    config = transformers.Qwen3Config(vocab_size=VOCAB, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
+                                      num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+                                      max_position_embeddings=32, rms_norm_eps=1e-5)
+    ours = _compare(_hf_model(config, dtype), _ids(length=24), dtype)
+    assert ours.config.qk_norm and ours.blocks[0].attn.q_norm.weight.shape == (16,)
+
+
+def test_windows_llmarch_does_not_model_are_refused():
+    config = transformers.Qwen3Config(vocab_size=VOCAB, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
+                                      num_attention_heads=4, head_dim=16, use_sliding_window=True,
+                                      sliding_window=8).to_dict()
+    with pytest.raises(ValueError, match="use_sliding_window"):
+        config_from_hf(config)

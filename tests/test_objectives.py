@@ -610,3 +610,53 @@ def test_everything_is_reproducible_from_the_generator():
     for call in calls:
         assert torch.equal(call(gen(31)), call(gen(31)))
     assert len({tuple(text_infilling(ids, 0, generator=gen(s)).tolist()) for s in range(5)}) > 1
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Prefix LM mask
+# ----------------------------------------------------------------------------------------------------------
+
+def test_prefix_lm_mask_matches_a_loop_and_its_limits():
+    from llmarch.objectives import prefix_lm_mask
+    for length in (1, 5, 9):
+        for prefix in range(length + 1):
+            expected = torch.tensor([[j <= i or j < prefix for j in range(length)] for i in range(length)])
+            assert torch.equal(prefix_lm_mask(prefix, length), expected)
+    causal = torch.ones(6, 6, dtype=torch.bool).tril()
+    assert torch.equal(prefix_lm_mask(0, 6), causal) and torch.equal(prefix_lm_mask(1, 6), causal)
+    assert prefix_lm_mask(6, 6).all()
+    rows = prefix_lm_mask(torch.tensor([0, 3, 6]), 6)
+    assert rows.shape == (3, 6, 6)
+    for r, p in enumerate((0, 3, 6)):
+        assert torch.equal(rows[r], prefix_lm_mask(p, 6))
+
+
+def test_prefix_lm_attention_sees_the_whole_prefix_and_no_future():
+    """With torch's SDPA: changing a prefix token changes every output; changing a later token changes only
+    the outputs at and after it (causality by perturbation)."""
+    from llmarch.objectives import prefix_lm_mask
+    torch.manual_seed(0)
+    T, prefix = 8, 3
+    x = torch.randn(1, 1, T, 4, dtype=torch.float64)
+    mask = prefix_lm_mask(prefix, T)
+
+    def attend(v):
+        return F.scaled_dot_product_attention(v, v, v, attn_mask=mask)[0, 0]
+
+    base = attend(x)
+    for t in range(T):
+        y = x.clone()
+        y[..., t, :] += 1.0
+        changed = (attend(y) - base).abs().amax(-1) > 1e-12
+        expected = torch.ones(T, dtype=torch.bool) if t < prefix else torch.arange(T) >= t
+        assert torch.equal(changed, expected), t
+
+
+def test_prefix_lm_mask_rejects_bad_prefixes():
+    from llmarch.objectives import prefix_lm_mask
+    with pytest.raises(ValueError, match="prefix_length"):
+        prefix_lm_mask(7, 6)
+    with pytest.raises(ValueError, match="prefix_length"):
+        prefix_lm_mask(torch.tensor([2, 9]), 6)
+    with pytest.raises(ValueError, match="prefix_length"):
+        prefix_lm_mask(torch.tensor([1.0]), 6)

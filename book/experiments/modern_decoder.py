@@ -1,8 +1,9 @@
 """From GPT-2 to Llama 3 on the synthetic corpus: an ablation ladder, and RoPE context extension.
 
 Book: From GPT-2 to Llama 3, "The ablation" and "Context extension". Regenerate the files with
-``make experiments`` (this script alone took 11.5 minutes on a 2-core CPU shared with other work). Everything is seeded; as
-for the other experiments, a rerun on another CPU may differ in the last digits.
+``make experiments`` (this script alone took 11.5 minutes on a 2-core CPU shared with other work). Everything is seeded; a
+rerun on the same machine and thread count reproduces the files, but across machines the runs are not
+bit-reproducible and single runs can move by as much as the spread between seeds: compare means over seeds.
 
 Part 1, the ablation. Tiny decoders (``N_LAYERS`` blocks, width 64, 4 heads, 64-token context) are trained
 on the course's grammar corpus, ``STEPS`` AdamW steps each, three model seeds per variant. The variants form

@@ -191,6 +191,8 @@ class MultiHeadAttention(nn.Module):
         t5_max_distance: int = 128,
         rotary: RotaryEmbedding | None = None,
         kerple_variant: str = "log",
+        qk_norm: bool = False,
+        qk_norm_eps: float = 1e-6,
     ):
         super().__init__()
         if pos_encoding not in POS_ENCODINGS:
@@ -221,6 +223,10 @@ class MultiHeadAttention(nn.Module):
             self.relative_bias = T5RelativeBias(n_heads, t5_num_buckets, t5_max_distance)
         elif pos_encoding == "kerple":
             self.relative_bias = KerpleBias(n_heads, kerple_variant)
+        # QK-norm (Dehghani et al., 2023; Gemma 3, Qwen3): RMSNorm of each head's query and key, before RoPE,
+        # which bounds the attention logits by |g_q| |g_k| sqrt(d_head) whatever the weights grow to.
+        self.q_norm = nn.RMSNorm(d_head, eps=qk_norm_eps) if qk_norm else None
+        self.k_norm = nn.RMSNorm(d_head, eps=qk_norm_eps) if qk_norm else None
 
     def split_heads(self, x: torch.Tensor, n_heads: int) -> torch.Tensor:
         """``(B, T, n_heads * d_head) -> (B, n_heads, T, d_head)``."""
@@ -242,6 +248,8 @@ class MultiHeadAttention(nn.Module):
         q = self.split_heads(self.q_proj(x), self.n_heads)
         k = self.split_heads(self.k_proj(context), self.n_kv_heads)
         v = self.split_heads(self.v_proj(context), self.n_kv_heads)
+        if self.q_norm is not None:
+            q, k = self.q_norm(q), self.k_norm(k)
         return q, k, v
 
     def rotate_qk(self, q, k, positions=None, past: int = 0):

@@ -186,8 +186,8 @@ class TransformerBlock(nn.Module):
     encoder-decoder model). Submodules: ``attn``, ``norm1``, ``cross_attn``/``norm_cross``, ``ffn``, ``norm2``.
     ``norm`` is ``layernorm`` or ``rmsnorm`` (eps ``eps``); ``ffn`` is ``mlp`` (:class:`FeedForward`) or
     ``swiglu`` (:class:`SwiGLU`, with ``activation`` as its gate); ``bias`` is the attention's, ``mlp_bias``
-    the FFN's (default: ``bias``). ``pos_encoding``, ``rotary`` and ``kerple_variant`` go to the self-attention (see
-    ``MultiHeadAttention``).
+    the FFN's (default: ``bias``). ``pos_encoding``, ``rotary``, ``kerple_variant`` and ``qk_norm`` go to the
+    self-attention (see ``MultiHeadAttention``).
     Shapes: ``x (B, T, d_model)``, ``context (B, T_c, d_model)`` -> ``(B, T, d_model)``.
     """
 
@@ -210,6 +210,7 @@ class TransformerBlock(nn.Module):
         mlp_bias: bool | None = None,
         rotary: RotaryEmbedding | None = None,
         kerple_variant: str = "log",
+        qk_norm: bool = False,
     ):
         super().__init__()
         if ffn not in FFNS:
@@ -217,7 +218,7 @@ class TransformerBlock(nn.Module):
         self.norm_first = norm_first
         self.attn = MultiHeadAttention(d_model, n_heads, n_kv_heads=n_kv_heads, bias=bias, dropout=dropout,
                                        pos_encoding=pos_encoding, rope_base=rope_base, rotary=rotary,
-                                       kerple_variant=kerple_variant)
+                                       kerple_variant=kerple_variant, qk_norm=qk_norm, qk_norm_eps=eps)
         self.norm1 = _make_norm(norm, d_model, eps)
         if cross_attention:
             self.cross_attn = MultiHeadAttention(d_model, n_heads, n_kv_heads=n_kv_heads, bias=bias, dropout=dropout)

@@ -55,6 +55,7 @@ __all__ = [
     "span_corruption_from_mask",
     "t5_span_corruption",
     "best_span",
+    "prefix_lm_mask",
 ]
 
 IGNORE_INDEX = -100
@@ -520,8 +521,8 @@ def t5_span_counts(length: int, noise_density: float = 0.15, mean_span_length: f
 
     Rounding convention, that of the official code (``t5/data/preprocessors.py``: ``tf.round`` on ``float32``
     tensors): the products and quotients are computed in **float32** and rounded **half to even**. Both matter:
-    ``30 * 0.15 = 4.5`` rounds to 4, and ``190 * 0.15`` is ``28.500002`` in float32 (``28.499999999999996`` in
-    float64), so T5 masks 29 tokens where Python's ``round(190 * 0.15)`` gives 28.
+    ``30 * 0.15 = 4.5`` rounds to 4, and ``190 * 0.15`` is ``28.500002`` in float32 (exactly ``28.5`` in
+    float64, which rounds half to even), so T5 masks 29 tokens where Python's ``round(190 * 0.15)`` gives 28.
     """
     length = _check_int("length", length, 2)
     if not _is_number(noise_density) or not 0 < noise_density < 1:
@@ -625,6 +626,41 @@ def t5_span_corruption(ids: torch.Tensor, noise_density: float = 0.15, mean_span
     if ids.dim() == 1:
         return rows[0]
     return torch.stack([r[0] for r in rows]), torch.stack([r[1] for r in rows])
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Prefix LM (T5's third architecture; UL2's S-denoiser)
+# ----------------------------------------------------------------------------------------------------------
+
+def prefix_lm_mask(prefix_length, length: int, device=None) -> torch.Tensor:
+    """The attention mask of a prefix LM (Raffel et al., 2020; Tay et al., 2023): full attention inside the
+    prefix, causal after it, ``M[i, j] = (j <= i) or (j < prefix_length)`` (True = may attend).
+
+    Book: Pretraining objectives, "Encoder-decoder models".
+
+    ``prefix_length``: an int (-> ``(length, length)``) or a long tensor ``(B,)`` of per-row prefixes (->
+    ``(B, length, length)``), each in ``0 .. length``. A prefix of 0 or 1 gives the causal mask, ``length``
+    the full one.
+
+    >>> prefix_lm_mask(2, 4).int()
+    tensor([[1, 1, 0, 0],
+            [1, 1, 0, 0],
+            [1, 1, 1, 0],
+            [1, 1, 1, 1]], dtype=torch.int32)
+    """
+    _check_int("length", length, 1)
+    if isinstance(prefix_length, torch.Tensor):
+        if prefix_length.dim() != 1 or prefix_length.is_floating_point() or prefix_length.dtype == torch.bool:
+            raise ValueError(f"prefix_length must be an int or an integer tensor (B,), got dtype "
+                             f"{prefix_length.dtype} and shape {shape_str(prefix_length.shape)}")
+        if bool(((prefix_length < 0) | (prefix_length > length)).any()):
+            raise ValueError(f"prefix_length must lie in 0..{length}, got {prefix_length.tolist()}")
+        prefix = prefix_length.to(device)[:, None, None]
+    else:
+        prefix = _check_int("prefix_length", prefix_length, 0, length + 1)
+    i = torch.arange(length, device=device)[:, None]
+    j = torch.arange(length, device=device)[None, :]
+    return (j <= i) | (j < prefix)
 
 
 # ----------------------------------------------------------------------------------------------------------

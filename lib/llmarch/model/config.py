@@ -26,8 +26,8 @@ class GPTConfig:
       Llama's ``swiglu_hidden_size(d_model)``); ``activation`` is the MLP's non-linearity or the SwiGLU gate's
       (``None``: ``gelu`` for ``mlp``, ``silu`` for ``swiglu``).
     - ``pos_encoding``: see ``llmarch.positional.POS_ENCODINGS``. RoPE (Su et al., 2024) takes ``rope_base``,
-      ``rope_layout`` (``interleaved`` pairs ``(2i, 2i+1)`` as RoFormer does; ``half`` pairs ``(i, i + d/2)``
-      as GPT-NeoX and Llama do), ``rotary_fraction`` (rotate only the first ``int(d_head * fraction)`` features
+      ``rope_layout`` (``interleaved`` pairs ``(2i, 2i+1)`` as RoFormer and Meta's Llama code do; ``half`` pairs
+      ``(i, i + d/2)`` as GPT-NeoX and transformers' Llama, whose conversion permutes W_q, W_k, do), ``rotary_fraction`` (rotate only the first ``int(d_head * fraction)`` features
       of each head: GPT-J, GPT-NeoX's ``rotary_pct``) and ``rope_scaling`` (``None`` or a dict with
       ``rope_type`` in linear (Chen et al., 2023), dynamic (dynamic NTK), yarn (Peng et al., 2023), llama3).
     - ``kerple_variant`` (``pos_encoding="kerple"``, Chi et al., 2022): ``log`` or ``power`` kernel.
@@ -35,6 +35,10 @@ class GPTConfig:
       Shazeer, 2019). ``bias``: biases of the attention projections; ``mlp_bias``: of the FFN (default
       ``bias``). ``tie_embeddings``: the output layer shares the token embedding (Press & Wolf, 2017).
     - ``scale_embeddings``: multiply token embeddings by ``sqrt(d_model)``, as Vaswani et al. (2017) do.
+    - ``sliding_window``: each token attends to itself and the ``sliding_window - 1`` tokens before it
+      (Mistral 7B; Jiang et al., 2023); ``None`` for full causal attention.
+    - ``qk_norm``: RMSNorm (eps ``norm_eps``) of each head's queries and keys before RoPE (Dehghani et al.,
+      2023; Gemma 3, Qwen3); see ``llmarch.attention.MultiHeadAttention``.
     """
 
     vocab_size: int
@@ -60,6 +64,8 @@ class GPTConfig:
     rope_scaling: dict | None = None
     scale_embeddings: bool = False
     kerple_variant: str = "log"
+    sliding_window: int | None = None
+    qk_norm: bool = False
 
     def __post_init__(self):
         if self.pos_encoding not in POS_ENCODINGS:
@@ -75,6 +81,8 @@ class GPTConfig:
             raise ValueError(f"GPTConfig.norm must be one of {NORMS}, got {self.norm!r}")
         if self.ffn not in FFNS:
             raise ValueError(f"GPTConfig.ffn must be one of {FFNS}, got {self.ffn!r}")
+        if self.sliding_window is not None and self.sliding_window < 1:
+            raise ValueError(f"GPTConfig.sliding_window must be None or positive, got {self.sliding_window}")
         if self.rope_layout not in ROPE_LAYOUTS:
             raise ValueError(f"GPTConfig.rope_layout must be one of {ROPE_LAYOUTS}, got {self.rope_layout!r}")
         if self.kerple_variant not in KERPLE_VARIANTS:
@@ -143,7 +151,7 @@ _LLAMA_SIZES = {
     "llama-3.1-8b": (128256, 131072, 4096, 32, 32, 8, 14336, 500000.0,
                      {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
                       "original_max_position_embeddings": 8192}),
-    # Mistral 7B v0.1 (Jiang et al., 2023); its 4,096-token sliding window is not modelled here.
+    # Mistral 7B v0.1 (Jiang et al., 2023), whose 4,096-token sliding window llama_config adds.
     "mistral-7b": (32000, 8192, 4096, 32, 32, 8, 14336, 10000.0, None),
 }
 
@@ -159,7 +167,7 @@ def llama_config(name: str = "llama-3-8b", **overrides) -> GPTConfig:
     config = GPTConfig(vocab_size=vocab, context_length=context, d_model=d_model, n_layers=n_layers, n_heads=n_heads,
                        n_kv_heads=n_kv, d_ff=d_ff, norm="rmsnorm", norm_eps=1e-5, ffn="swiglu", activation="silu", bias=False,
                        tie_embeddings=False, pos_encoding="rope", rope_base=base, rope_layout="half",
-                       rope_scaling=scaling)
+                       rope_scaling=scaling, sliding_window=4096 if name == "mistral-7b" else None)
     return dataclasses.replace(config, **overrides)
 
 

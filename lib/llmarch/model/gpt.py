@@ -59,7 +59,7 @@ class GPT(nn.Module):
                 c.d_model, c.n_heads, d_ff=c.ffn_hidden, n_kv_heads=c.n_kv_heads, dropout=c.dropout,
                 activation=c.ffn_activation, norm_first=c.norm_first, norm=c.norm, eps=c.norm_eps, ffn=c.ffn,
                 bias=c.bias, mlp_bias=c.mlp_bias, pos_encoding=c.pos_encoding, rope_base=c.rope_base,
-                rotary=rotary, kerple_variant=c.kerple_variant,
+                rotary=rotary, kerple_variant=c.kerple_variant, qk_norm=c.qk_norm,
             )
             for _ in range(c.n_layers)
         )
@@ -107,9 +107,19 @@ class GPT(nn.Module):
             table = self.pos_table if past + t <= len(self.pos_table) else sinusoidal_encoding(past + t, self.config.d_model)
             h = h + table[positions].to(h.device)
         h = self.drop(h)
+        window = None if self.config.sliding_window is None else self.sliding_window_mask(past, t, idx.device)
         for i, block in enumerate(self.blocks):
-            h = block(h, is_causal=True, kv_cache=None if kv_cache is None else kv_cache.layers[i])
+            h = block(h, is_causal=window is None, mask=window,
+                      kv_cache=None if kv_cache is None else kv_cache.layers[i])
         return self.norm_f(h)
+
+    def sliding_window_mask(self, past: int, t: int, device=None) -> torch.Tensor:
+        """Boolean ``(t, past + t)`` mask of Mistral's sliding window for ``t`` new queries after ``past`` cached
+        tokens: query position ``i`` may attend to key position ``j`` iff ``0 <= i - j < sliding_window``.
+        Book: From GPT-2 to Llama 3, "After Llama 3"."""
+        i = torch.arange(past, past + t, device=device)[:, None]
+        j = torch.arange(past + t, device=device)[None, :]
+        return (j <= i) & (i - j < self.config.sliding_window)
 
     def forward(self, idx: torch.Tensor, kv_cache: KVCache | None = None) -> torch.Tensor:
         """``idx (B, T)`` long token ids -> logits ``(B, T, vocab_size)`` (see :meth:`features`)."""

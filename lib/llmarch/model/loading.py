@@ -26,7 +26,7 @@ from llmarch.model.gpt import GPT
 
 __all__ = ["config_from_hf", "load_hf_state_dict", "load_pretrained", "SUPPORTED_MODEL_TYPES"]
 
-SUPPORTED_MODEL_TYPES = ("gpt2", "llama", "gpt_neox", "bert")
+SUPPORTED_MODEL_TYPES = ("gpt2", "llama", "gpt_neox", "bert", "mistral", "qwen3")
 
 # Keys that do not change the forward pass at inference: metadata, tokens ids, generation, initialisation,
 # dropout, and the heads of other task classes.
@@ -97,6 +97,22 @@ def _rope_options(keys: _Keys, default_fraction: float = 1.0) -> dict:
     return {"rope_base": float(base), "rotary_fraction": float(fraction), "rope_scaling": scaling}
 
 
+def _sliding_window(keys: _Keys, model_type: str, n_layers: int) -> int | None:
+    """Mistral's ``sliding_window`` (``None`` = full attention). Qwen3 windows only with ``use_sliding_window``
+    and then only some layers, which ``GPT`` does not model: it must be off, every layer full attention."""
+    if model_type == "mistral":
+        return keys.get("sliding_window")
+    if model_type == "qwen3":
+        keys.expect("use_sliding_window", {False}, False)
+        keys.get("sliding_window")  # read, unused while use_sliding_window is false
+        keys.get("max_window_layers")
+        layer_types = keys.get("layer_types")
+        if layer_types is not None and set(layer_types) != {"full_attention"}:
+            raise ValueError(f"the checkpoint config sets layer_types={layer_types!r}, which llmarch does not "
+                             "implement (only full_attention layers)")
+    return None
+
+
 def _config_dict(config) -> dict:
     """A ``config.json`` dict, or a transformers config object (its ``to_dict()``)."""
     if hasattr(config, "to_dict") and not isinstance(config, dict):
@@ -129,9 +145,10 @@ def config_from_hf(config) -> GPTConfig | BertConfig:
             d_ff=keys.get("n_inner"), activation=_activation(keys, "activation_function", "gelu_new"),
             norm_eps=keys.get("layer_norm_epsilon", 1e-5), tie_embeddings=keys.get("tie_word_embeddings", True),
         )
-    elif model_type == "llama":
+    elif model_type in ("llama", "mistral", "qwen3"):
         d_model, n_heads = keys.get("hidden_size", required=True), keys.get("num_attention_heads", required=True)
         keys.expect("head_dim", {None, d_model // n_heads}, None)
+        sliding_window = _sliding_window(keys, model_type, n_layers=keys.get("num_hidden_layers", required=True))
         bias, mlp_bias = keys.get("attention_bias", False), keys.get("mlp_bias", False)
         out = GPTConfig(
             vocab_size=keys.get("vocab_size", required=True), context_length=keys.get("max_position_embeddings", 2048),
@@ -140,7 +157,7 @@ def config_from_hf(config) -> GPTConfig | BertConfig:
             activation=_activation(keys, "hidden_act", "silu"), norm="rmsnorm", norm_eps=keys.get("rms_norm_eps", 1e-6),
             ffn="swiglu", bias=bias, mlp_bias=None if mlp_bias == bias else mlp_bias,
             tie_embeddings=keys.get("tie_word_embeddings", False), pos_encoding="rope", rope_layout="half",
-            **_rope_options(keys),
+            **_rope_options(keys), sliding_window=sliding_window, qk_norm=model_type == "qwen3",
         )
     elif model_type == "bert":
         keys.expect("position_embedding_type", {"absolute"}, "absolute")
@@ -211,6 +228,8 @@ def _llama_weights(sd: dict, c: GPTConfig) -> tuple[dict, torch.Tensor | None, d
     names = {"input_layernorm": "norm1", "post_attention_layernorm": "norm2", "self_attn.q_proj": "attn.q_proj",
              "self_attn.k_proj": "attn.k_proj", "self_attn.v_proj": "attn.v_proj", "self_attn.o_proj": "attn.o_proj",
              "mlp.gate_proj": "ffn.w1", "mlp.up_proj": "ffn.w3", "mlp.down_proj": "ffn.w2"}
+    if c.qk_norm:  # Qwen3
+        names |= {"self_attn.q_norm": "attn.q_norm", "self_attn.k_norm": "attn.k_norm"}
     for i in range(c.n_layers):
         for theirs, ours in names.items():
             out[f"blocks.{i}.{ours}.weight"] = sd.pop(f"layers.{i}.{theirs}.weight")
@@ -313,7 +332,8 @@ def _bert_weights(sd: dict, c: BertConfig):
 
 
 _WEIGHT_MAPS = {"gpt2": _decoder_only(_gpt2_weights), "llama": _decoder_only(_llama_weights),
-                "gpt_neox": _decoder_only(_neox_weights), "bert": _bert_weights}
+                "gpt_neox": _decoder_only(_neox_weights), "bert": _bert_weights,
+                "mistral": _decoder_only(_llama_weights), "qwen3": _decoder_only(_llama_weights)}
 
 
 def _shared_parameters(model: torch.nn.Module) -> dict[str, str]:

@@ -1,0 +1,139 @@
+"""Why T5's encoder gives the tagging probe nothing: three diagnostics on the span-corruption models.
+
+Book: Pretraining objectives, "Experiments", "What T5's encoder learned". Regenerate with
+``nice .venv/bin/python book/experiments/t5_diagnostics.py`` (one thread, about 3 CPU-minutes; also run by
+``make experiments``). It retrains the ``t5`` variant of ``pretraining_objectives.py`` with the same corpus,
+budget and seeds (the runs are not bit-reproducible across machines, so a seed may end a little off its
+committed loss), keeps a randomly initialised encoder-decoder per seed as the control, and measures:
+
+1. **Zeroed memory**: the held-out span-corruption loss with the encoder's output, and with the memory
+   replaced by zeros (the decoder then sees no source at all). A decoder that ignored its encoder would lose
+   nothing.
+2. **Layer-wise probes**: the tagging probe of the chapter (logistic regression, per word) on the encoder's
+   states after the embedding, after each block, and after the final norm (the features used downstream),
+   split by position: 1-28, the positions of pretraining's sources ([CLS] + 31 words - 5 noise words +
+   2 sentinels = 29 tokens), and 29-31, which the encoder never saw in pretraining.
+3. **Inputs with sentinels**: the same probe when two single words of every tagging window are replaced by
+   the sentinels <S0>, <S1>, as in pretraining (those two words are not scored; the alignment of the others is
+   unchanged).
+
+Writes ``book/data/pretraining_objectives_t5_diagnostics.csv``: variant (t5, random_encoder-decoder), seed,
+measure, layer, positions, value.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from llmarch.data import default_grammar
+from llmarch.model import shift_right
+from llmarch.objectives import t5_span_corruption
+from pretraining_objectives import (BUDGET_CLM_STEPS, CLS, DATA_DIR, HELDOUT_DOCS, HELDOUT_SEED, IGNORE,
+                                    MODEL_SEEDS, SENTINELS, TASK_SEED, TRAIN_DOCS, TRAIN_SEED, VOCAB, WINDOW,
+                                    CausalLM, SpanCorruption, accuracy, build_tasks, fit_logistic_regression,
+                                    flops_per_step, pretrain, sample_corpus)
+from tiny_gpt import write_csv
+
+SEEN_POSITIONS = 29   # pretraining sources: [CLS] + 31 - 5 + 2 tokens (positions 0..28)
+N_SPAN_EVAL = 2048    # held-out windows for the span loss
+
+
+@torch.no_grad()
+def encoder_states(t5, ids: torch.Tensor) -> list[torch.Tensor]:
+    """The encoder's states ``(N, T, d)`` after the embedding, after each block, and after the final norm."""
+    positions = torch.arange(ids.shape[1])
+    h = t5.tok_emb(ids) + t5.src_pos_emb(positions)
+    states = [h]
+    for block in t5.encoder_blocks:
+        h = block(h)
+        states.append(h)
+    states.append(t5.encoder_norm(h))
+    return states
+
+
+@torch.no_grad()
+def span_losses(t5, windows: torch.Tensor, seed: int) -> dict[str, float]:
+    """Held-out span-corruption loss (nats per target token) with the encoder's memory and with zeros."""
+    inputs, targets = t5_span_corruption(windows, 0.15, 3.0, SENTINELS, torch.Generator().manual_seed(seed))
+    source = torch.cat([torch.full((len(inputs), 1), CLS), inputs], dim=1)
+    memory = t5.encode(source)
+    decoder_in = shift_right(targets, CLS)
+    out = {}
+    for name, mem in (("memory", memory), ("zeroed_memory", torch.zeros_like(memory))):
+        logits = t5.decode(decoder_in, mem)
+        out[name] = F.cross_entropy(logits.reshape(-1, VOCAB), targets.reshape(-1)).item()
+    return out
+
+
+def with_sentinels(ids: torch.Tensor, labels: torch.Tensor, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Two random words of each window (positions 1..31, never adjacent) replaced by <S0>, <S1>; their labels
+    dropped."""
+    generator = torch.Generator().manual_seed(seed)
+    ids, labels = ids.clone(), labels.clone()
+    for row in range(len(ids)):
+        first = int(torch.randint(1, WINDOW - 1, (1,), generator=generator))
+        second = int(torch.randint(first + 2, WINDOW + 2, (1,), generator=generator)) % (WINDOW + 1)
+        second = second if second > first + 1 else first + 2
+        for sentinel, t in zip(SENTINELS[:2], sorted((first, second))):
+            ids[row, t], labels[row, t] = sentinel, IGNORE
+    return ids, labels
+
+
+def diagnose(name: str, t5, seed: int, tagging: dict, span_windows: torch.Tensor) -> list[tuple]:
+    rows = [(name, seed, measure, "", "", f"{value:.4f}")
+            for measure, value in span_losses(t5, span_windows, seed).items()]
+    train_ids, train_y = tagging["train_ids"], tagging["train_labels"]
+    test_ids, test_y = tagging["test_ids"], tagging["test_labels"]
+    inputs = {"probe": (train_ids, train_y, test_ids, test_y),
+              "probe_with_sentinels": (*with_sentinels(train_ids, train_y, seed),
+                                       *with_sentinels(test_ids, test_y, seed + 1))}
+    for measure, (a_ids, a_y, b_ids, b_y) in inputs.items():
+        train_states, test_states = encoder_states(t5, a_ids), encoder_states(t5, b_ids)
+        layers = ["embedding", *(f"block {i + 1}" for i in range(len(train_states) - 2)), "final norm"]
+        for layer, a_x, b_x in zip(layers, train_states, test_states):
+            keep = a_y != IGNORE
+            fit = fit_logistic_regression(a_x[keep], a_y[keep], tagging["n_classes"])
+            with torch.no_grad():
+                logits = fit(b_x)
+            seen = torch.zeros_like(b_y, dtype=torch.bool)
+            seen[:, :SEEN_POSITIONS] = True
+            groups = {"all": b_y, "1-28": b_y.masked_fill(~seen, IGNORE), "29-31": b_y.masked_fill(seen, IGNORE)}
+            rows += [(name, seed, measure, layer, group, f"{accuracy(logits, labels):.4f}")
+                     for group, labels in groups.items()]
+    return rows
+
+
+def main() -> None:
+    torch.set_num_threads(1)
+    start = time.process_time()
+    grammar = default_grammar()
+    train_docs, _ = sample_corpus(grammar, TRAIN_DOCS, TRAIN_SEED)
+    heldout_docs, _ = sample_corpus(grammar, HELDOUT_DOCS, HELDOUT_SEED)
+    data = torch.as_tensor(np.concatenate(train_docs))
+    heldout = np.concatenate(heldout_docs)
+    tagging = build_tasks(grammar, heldout, np.random.default_rng(TASK_SEED))["tagging"]
+    span_windows = torch.as_tensor(heldout[: N_SPAN_EVAL * WINDOW].reshape(N_SPAN_EVAL, WINDOW))
+    torch.manual_seed(0)
+    steps = round(BUDGET_CLM_STEPS * flops_per_step(CausalLM(data)) / flops_per_step(SpanCorruption(data)))
+    rows = []
+    for seed in MODEL_SEEDS:
+        torch.manual_seed(seed)
+        random_t5 = SpanCorruption(data)
+        random_t5.eval()
+        rows += diagnose("random_encoder-decoder", random_t5.t5, seed, tagging, span_windows)
+        torch.manual_seed(seed)
+        objective = SpanCorruption(data)
+        result = pretrain(objective, steps, seed)
+        rows += diagnose("t5", objective.t5, seed, tagging, span_windows)
+        print(f"seed {seed}: {steps} steps, final loss {result['final_loss']:.4f}, "
+              f"{time.process_time() - start:.0f} CPU-s", flush=True)
+    write_csv(DATA_DIR / "pretraining_objectives_t5_diagnostics.csv",
+              ["variant", "seed", "measure", "layer", "positions", "value"], rows)
+
+
+if __name__ == "__main__":
+    main()
