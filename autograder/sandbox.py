@@ -983,6 +983,7 @@ def _isolation(limits: Limits, cgroups: _RunCgroups, workdir: Path, identity: st
 def run_sandboxed(argv: list[str], workdir: Path, limits: Limits = Limits(), *,
                   ro_binds: dict[Path, str] | None = None,
                   env: dict[str, str] | None = None,
+                  stdin_data: bytes | None = None,
                   unsafe_no_sandbox: bool = False) -> SandboxResult:
     """Run `argv` in a sandbox with `workdir` read-write at /submission (cwd and HOME); see the module
     docstring for what is isolated and limited.
@@ -990,6 +991,8 @@ def run_sandboxed(argv: list[str], workdir: Path, limits: Limits = Limits(), *,
     ro_binds: extra read-only host files or directories -> absolute path inside the sandbox (not under
         /usr, /etc, /proc, /dev, /tmp or /submission), e.g. {Path("run.py"): "/grader/run.py"}.
     env: added to the sandbox's clean environment.
+    stdin_data: what the command reads on its standard input (a pipe that ends after it; default: nothing).
+        Once read, no copy of it is left in the sandbox (the grader's hidden inputs travel this way).
     unsafe_no_sandbox: run without isolation (cgroups, rlimits and the parent's kills only); argv and env
         values that start with /submission or a ro_binds destination are rewritten to the host paths.
 
@@ -1043,7 +1046,8 @@ def run_sandboxed(argv: list[str], workdir: Path, limits: Limits = Limits(), *,
                 identity, nproc = f"{SANDBOX_UID} in a user namespace", "RLIMIT_NPROC in a user namespace"
         isolation = _isolation(limits, cgroups, workdir, identity, nproc)
         return _run(command, cwd, sandbox_env, limits, cgroups, child_fds, heartbeat_fd,
-                    _rlimits(limits, cgroups, nproc_in_launcher), isolation, sandboxed=not unsafe_no_sandbox)
+                    _rlimits(limits, cgroups, nproc_in_launcher), isolation, sandboxed=not unsafe_no_sandbox,
+                    stdin_data=stdin_data)
     finally:
         for fd in child_fds + ([heartbeat_fd] if heartbeat_fd is not None else []):
             with contextlib.suppress(OSError):
@@ -1055,20 +1059,25 @@ def run_sandboxed(argv: list[str], workdir: Path, limits: Limits = Limits(), *,
 
 def _run(command: list[str], cwd: str, env: dict[str, str], limits: Limits, cgroups: _RunCgroups,
          child_fds: list[int], heartbeat_fd: int | None, rlimits: dict[str, tuple[int, int]],
-         isolation: dict[str, str], sandboxed: bool) -> SandboxResult:
+         isolation: dict[str, str], sandboxed: bool, stdin_data: bytes | None = None) -> SandboxResult:
     executable = shutil.which(command[0], path=env["PATH"]) if "/" not in command[0] else command[0]
     if executable is None:
         raise ValueError(f"{command[0]!r} not found on the sandbox PATH {env['PATH']}")
     status_read, status_write = os.pipe()
     config = {"cgroup_procs": cgroups.procs_files(), "rlimits": rlimits, "status_fd": status_write}
+    stdin_read, feeder = _stdin_feeder(stdin_data)
     start = time.monotonic()
     try:
         proc = subprocess.Popen(
             [sys.executable, "-I", "-S", "-c", _LAUNCHER, json.dumps(config), executable, *command[1:]],
-            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=cwd, env=env,
+            stdin=stdin_read, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=cwd, env=env,
             pass_fds=[status_write, *child_fds], start_new_session=True)
     finally:
         os.close(status_write)
+        if stdin_read != subprocess.DEVNULL:
+            os.close(stdin_read)
+    if feeder is not None:
+        feeder.start()
     readers = [_BoundedCapture(proc.stdout, "stdout", limits.max_captured_output),
                _BoundedCapture(proc.stderr, "stderr", limits.max_captured_output)]
     for reader in readers:
@@ -1118,6 +1127,26 @@ def _run(command: list[str], cwd: str, env: dict[str, str], limits: Limits, cgro
         isolation=isolation,
         last_heartbeat=heartbeat.last_line if heartbeat is not None else None,
     )
+
+
+def _stdin_feeder(data: bytes | None) -> tuple[int, threading.Thread | None]:
+    """The run's standard input: DEVNULL, or the read end of a pipe and a thread that writes ``data`` into it
+    and closes it (it ends early, quietly, if the run stops reading)."""
+    if data is None:
+        return subprocess.DEVNULL, None
+    read_end, write_end = os.pipe()
+
+    def feed():
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(write_end, view):]
+        except OSError:  # the run ended or closed its standard input
+            pass
+        finally:
+            os.close(write_end)
+
+    return read_end, threading.Thread(target=feed, name="sandbox-stdin", daemon=True)
 
 
 def _kill_process_group(pgid: int) -> None:

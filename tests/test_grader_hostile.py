@@ -7,7 +7,8 @@
 3. statuses come from what the sandbox observed, and tampering is always reported;
 4. one submission cannot hurt another (disk);
 5. feedback never shows expected values, and the same notebook gets the same score under any name;
-6. the submissions folder is untrusted too (links, names, stray files).
+6. the submissions folder is untrusted too (links, names, stray files);
+7. the notebook cannot reach a test cell's hidden inputs before that cell runs, nor write the heartbeat.
 
 Most cases are graded together through the CLI in one run with two workers, as an instructor would; then a
 ``--workers 1`` run and a run with the work folders on a small tmpfs.
@@ -224,6 +225,73 @@ def _(folder, name):
     write(nb, folder / name, NB)
 
 
+def _cell_index(nb, grade_id: str) -> int:
+    return next(i for i, c in enumerate(nb.cells) if c.metadata.get("nbgrader", {}).get("grade_id") == grade_id)
+
+
+@case("no-cell-ids-copy-above", "graded", FULL)
+def _(folder, name):
+    """An editor that drops cell ids (nbformat 4.4), and a copy of a test cell pasted above its function."""
+    nb = submission(PS, NB)
+    copy = nbformat.from_dict(dict(nb.cells[_cell_index(nb, "test_causal_mask")]))
+    nb.cells.insert(_cell_index(nb, "causal_mask"), copy)
+    for cell in nb.cells:
+        cell.pop("id", None)
+    nb.nbformat_minor = 4
+    (folder / name).mkdir()
+    (folder / name / NB).write_text(nbformat.writes(nb, version=nbformat.NO_CONVERT))
+
+
+@case("answer-split-in-three", "graded", FULL)
+def _(folder, name):
+    """JupyterLab's split cell, twice: every part keeps the answer cell's metadata."""
+    nb = submission(PS, NB)
+    index = _cell_index(nb, "causal_not_equivariant")
+    parts = ["PART-ONE of my answer.", "PART-TWO, the argument.", "PART-THREE, the example."]
+    nb.cells[index].source = parts[0]
+    for k, text in enumerate(parts[1:], start=1):
+        piece = nbformat.from_dict(dict(nb.cells[index]))
+        piece["id"], piece["source"] = f"split-part-{k}", text
+        nb.cells.insert(index + k, piece)
+    write(nb, folder / name, NB)
+
+
+@case("upper-case-extension", "graded", FULL)
+def _(folder, name):
+    path = solved(folder, name)
+    (path.parent / "work").mkdir()
+    path.rename(path.parent / "work" / "PS1-Attention.IPYNB")
+
+
+@case("zip-upper-case-extension", "graded", FULL)
+def _(folder, name):
+    with zipfile.ZipFile(folder / f"{name}.zip", "w") as zf:
+        zf.writestr("submission/ps1-attention.IpYnB", nbformat.writes(submission(PS, NB)))
+
+
+@case("zip-helper-name-too-long", "graded", FULL)
+def _(folder, name):
+    from submissions import solution_sources
+    helper = "import numpy as np\n\n" + solution_sources(PS, NB)["softmax"] + "\n"
+    with zipfile.ZipFile(folder / f"{name}.zip", "w") as zf:
+        zf.writestr(NB, nbformat.writes(submission(PS, NB)))
+        zf.writestr("h" * 400 + ".py", helper)  # no file system takes this name
+        zf.writestr("myhelper.py", helper)
+
+
+@case("outputs-make-it-35mb", "graded", FULL)
+def _(folder, name):
+    """Saved outputs (a figure, a long print) and a pasted image make the file far larger than its code."""
+    nb = submission(PS, NB)
+    figure = {"image/png": "iVBORw0KGgo" + "A" * (20 * 2**20), "text/plain": "<Figure>"}
+    nb.cells[_cell_index(nb, "softmax")].outputs = [
+        nbformat.v4.new_output("display_data", data=figure),
+        nbformat.v4.new_output("stream", name="stdout", text="0.5 " * (2 * 2**20))]
+    text = nb.cells[_cell_index(nb, "softmax-text")]
+    text["attachments"] = {"plot.png": {"image/png": "B" * (7 * 2**20)}}
+    write(nb, folder / name, NB)
+
+
 @case("extra-cells-raise", "graded", FULL)
 def _(folder, name):
     solved(folder, name, extra_cells=["raise ValueError('my own experiment')", "raise MemoryError('fake')",
@@ -260,11 +328,105 @@ def _(folder, name):
     solved(folder, name, extra_cells=final_cell("import os, signal\nos.kill(os.getpid(), signal.SIGKILL)\n"))
 
 
+# Writes `line` to every pipe the notebook can reach outside its own process: the heartbeat's number from the
+# environment, if the notebook has it, and each pipe of another process through /proc/<pid>/fd.
+FORGE_PIPES = """
+import os
+def forge(line):
+    fds = [int(os.environ['GRADER_HEARTBEAT_FD'])] if 'GRADER_HEARTBEAT_FD' in os.environ else []
+    for fd in fds:
+        try:
+            os.write(fd, line)
+        except OSError:
+            pass
+    for pid in filter(str.isdigit, os.listdir('/proc')):
+        if int(pid) == os.getpid():
+            continue
+        try:
+            entries = os.listdir(f'/proc/{pid}/fd')
+        except OSError:
+            continue
+        for entry in entries:
+            try:
+                if os.readlink(f'/proc/{pid}/fd/{entry}').startswith('pipe:'):
+                    fd = os.open(f'/proc/{pid}/fd/{entry}', os.O_WRONLY | os.O_NONBLOCK)
+                    os.write(fd, line)
+                    os.close(fd)
+            except OSError:
+                pass
+"""
+
+
+@case("forges-done-then-exits", "crashed", FULL)
+def _(folder, name):
+    solved(folder, name, extra_cells=final_cell(FORGE_PIPES + "forge(b'done\\n')\nos._exit(0)\n"))
+
+
+@case("forges-beats-from-a-thread", "timeout", FULL)
+def _(folder, name):
+    keep_alive = ("import threading, time\ndef beat():\n    while True:\n        forge(b'cell 1\\n')\n"
+                  "        time.sleep(0.2)\nthreading.Thread(target=beat, daemon=True).start()\ntime.sleep(25)\n")
+    solved(folder, name, extra_cells=final_cell(FORGE_PIPES + keep_alive))
+
+
 @case("disk-filler", "graded", FULL)
 def _(folder, name):
     fill = ("import os\ntry:\n    for i in range(1000):\n        with open(f'/submission/fill{i}', 'wb') as f:\n"
             "            f.write(b'x' * (60 * 2**20))\nexcept OSError as err:\n    print('stopped:', err)\n")
     solved(folder, name, extra_cells=final_cell(fill))
+
+
+# -- 7. Hidden inputs are out of reach until their test cell runs --------------------------------------------
+
+# A first cell that looks everywhere it can for the hidden cases (files, other processes' open files,
+# environments and memory) and, if it finds any, ends the notebook at once.
+HUNT = """
+import os
+def _hunt():
+    needles = [('spec' + '.json').encode(), ('"ret' + 'urns": ').encode()]
+    for top in ('/grader', '/tmp', '/submission', '/run', '/var', '/dev/shm', '/home'):
+        for folder, _, files in os.walk(top):
+            if any(f == 'spec' + '.json' or f.endswith(('.npy', '.zip')) for f in files):
+                return 'file in ' + folder
+    for pid in filter(str.isdigit, os.listdir('/proc')):
+        if int(pid) != os.getpid():
+            for what in ('environ', 'mem'):
+                try:
+                    with open(f'/proc/{pid}/{what}', 'rb') as f:
+                        if what == 'environ':
+                            f.read()
+                    return f'/proc/{pid}/{what} is readable'
+                except OSError:
+                    pass
+        try:
+            entries = os.listdir(f'/proc/{pid}/fd')
+        except OSError:
+            continue
+        for entry in entries:
+            try:
+                fd = os.open(f'/proc/{pid}/fd/{entry}', os.O_RDONLY | os.O_NONBLOCK)
+            except OSError:
+                continue
+            try:
+                data = os.read(fd, 2**20)
+            except OSError:
+                data = b''
+            os.close(fd)
+            if any(needle in data for needle in needles):  # built here, so not in IPython's history
+                return f'/proc/{pid}/fd/{entry} -> ' + os.readlink(f'/proc/{pid}/fd/{entry}')
+    return None
+_found = _hunt()
+if _found:
+    print('FOUND', _found, flush=True)
+    os._exit(7)
+"""
+
+
+@case("hunts-hidden-inputs-first", "graded", FULL)
+def _(folder, name):
+    nb = submission(PS, NB)
+    nb.cells.insert(0, nbformat.v4.new_code_cell(HUNT))
+    write(nb, folder / name, NB)
 
 
 # -- 6. The submissions folder is untrusted ------------------------------------------------------------------
@@ -435,6 +597,16 @@ def test_written_answer_survives_stripped_metadata(graded):
     _, _, out, _ = graded
     page = next((out / "feedback").glob("stripped-metadata*/*.html")).read_text()
     assert "ANSWER-KEPT" in page
+
+
+def test_intake_notes_say_what_was_changed(graded):
+    _, _, out, rows = graded
+    assert "left out" in row_for(rows, "zip-helper-name-too-long")["notes"]
+    assert "myhelper.py" in row_for(rows, "zip-helper-name-too-long")["notes"]
+    assert "outputs, which were removed" in row_for(rows, "outputs-make-it-35mb")["notes"]
+    page = next((out / "feedback").glob("answer-split-in-three*/*.html")).read_text()
+    assert all(part in page for part in ("PART-ONE", "PART-TWO", "PART-THREE"))
+    assert "copy" in row_for(rows, "no-cell-ids-copy-above")["notes"]
 
 
 def test_int_mask_message_names_the_dtype(graded):
