@@ -10,6 +10,7 @@ from __future__ import annotations
 import io
 import json
 import math
+import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -33,6 +34,18 @@ class CallableArg:
     arrays: dict[str, np.ndarray] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class RngArg:
+    """A random generator handed to the student's function (``mlm_mask(..., rng=...)``):
+    ``np.random.default_rng(seed)``, made afresh in the sandbox, and for the reference. Two cases with the same
+    seed must then give the same result, whatever the student's code does with NumPy's global state."""
+
+    seed: int
+
+    def generator(self) -> np.random.Generator:
+        return np.random.default_rng(self.seed)
+
+
 @dataclass
 class Case:
     args: tuple
@@ -44,6 +57,8 @@ class Case:
                 return f"array{a.shape}" if a.dtype != bool else f"bool array{a.shape}"
             if isinstance(a, CallableArg):
                 return f"<{a.name} function>"
+            if isinstance(a, RngArg):
+                return f"np.random.default_rng({a.seed})"
             return repr(a)
 
         parts = [show(a) for a in self.args] + [f"{k}={show(v)}" for k, v in self.kwargs.items()]
@@ -92,6 +107,8 @@ def expected_results(check: Check, cases: list[Case], trusted_callables: dict) -
     """The reference's answer for every case, computed in the trusted process before the student's code runs
     (a callable argument is handed to the reference as its trusted version)."""
     def trusted(value):
+        if isinstance(value, RngArg):
+            return value.generator()
         return trusted_callables[value.name](value.arrays) if isinstance(value, CallableArg) else value
 
     return [check.reference(*map(trusted, case.args), **{k: trusted(v) for k, v in case.kwargs.items()})
@@ -118,6 +135,8 @@ def write_inputs(check_id: str, check: Check, cases: list[Case], expected: list,
                 np.save(folder / f"{name}_{key}.npy", np.asarray(array), allow_pickle=False)
                 files[key] = f"{name}_{key}.npy"
             return {"callable": value.name, "arrays": files}
+        if isinstance(value, RngArg):
+            return {"rng": value.seed}
         if _has_tuple_or_dict(value):
             return {"data": to_data(value)}  # JSON alone would turn tuples into lists and lose tuple keys
         return {"value": value}
@@ -163,6 +182,16 @@ def parse_npy(data: bytes) -> np.ndarray | None:
         return None
     array = np.frombuffer(payload, dtype=dtype, count=count).reshape(shape, order="F" if fortran_order else "C")
     return array.copy()  # writable, and independent of the file's bytes
+
+
+def pack_inputs(root: Path) -> bytes:
+    """Every check's input folder under ``root`` as one uncompressed zip (``<check>/<file>``): what the runner's
+    supervisor reads on its standard input and hands out one test cell at a time."""
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_STORED) as archive:
+        for path in sorted(p for p in root.rglob("*") if p.is_file()):
+            archive.write(path, path.relative_to(root).as_posix())
+    return buffer.getvalue()
 
 
 def decode_data(raw: bytes | None):

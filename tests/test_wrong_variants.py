@@ -973,13 +973,14 @@ def mlm_mask(ids, mask_id, vocab_size, special_mask, mask_prob=0.15, rng=None):
     ids = np.asarray(ids)
     selected = (rng.random(ids.shape) < {mask_prob}){specials}
     action = rng.random(ids.shape)
-    random_ids = rng.integers(0, vocab_size, size=ids.shape)
+    random_ids = {random_ids}
     inputs = np.where(selected & (action < {to_mask}), mask_id, ids)
     inputs = np.where({to_random}, random_ids, inputs)
     labels = np.where({labelled}, ids, -100)
     return inputs, labels
 """, mask_prob="mask_prob", specials=" & ~np.asarray(special_mask, dtype=bool)", to_mask="0.8",
-    to_random="selected & (action >= 0.8) & (action < 0.9)", labelled="selected")
+    to_random="selected & (action >= 0.8) & (action < 0.9)", labelled="selected",
+    random_ids="rng.integers(0, vocab_size, size=ids.shape)")
 variant(PS8, "MLM 90/10/0 (no kept tokens)", "mlm_mask", {MLM_STATS},
         mlm_with(to_mask="0.9", to_random="selected & (action >= 0.9)"))
 variant(PS8, "MLM random share not rescaled (10% of the remaining 20%: 80/2/18)", "mlm_mask", {MLM_STATS},
@@ -992,6 +993,46 @@ variant(PS8, "MLM labels only the tokens that changed", "mlm_mask", MLM,
 variant(PS8, "MLM random replacements also hit unselected tokens", "mlm_mask", {MLM_INV},
         mlm_with(to_random="(action >= 0.8) & (action < 0.9)"))
 variant(PS8, "MLM ignores mask_prob (always 15%)", "mlm_mask", MLM, mlm_with(mask_prob="0.15"))
+variant(PS8, "MLM random ids only from the word pieces [999, vocab_size)", "mlm_mask", {MLM_STATS},
+        mlm_with(random_ids="rng.integers(min(999, vocab_size - 1), vocab_size, size=ids.shape)"))
+variant(PS8, "MLM random ids never equal to the original", "mlm_mask", {MLM_STATS},
+        mlm_with(random_ids="(ids + rng.integers(1, vocab_size, size=ids.shape)) % vocab_size"))
+variant(PS8, "MLM ignores its rng (NumPy's global generator)", "mlm_mask", {MLM_STATS}, """
+def mlm_mask(ids, mask_id, vocab_size, special_mask, mask_prob=0.15, rng=None):
+    ids = np.asarray(ids)
+    selected = (np.random.random(ids.shape) < mask_prob) & ~np.asarray(special_mask, dtype=bool)
+    action = np.random.random(ids.shape)
+    random_ids = np.random.randint(0, vocab_size, size=ids.shape)
+    inputs = np.where(selected & (action < 0.8), mask_id, ids)
+    inputs = np.where(selected & (action >= 0.8) & (action < 0.9), random_ids, inputs)
+    return inputs, np.where(selected, ids, -100)
+""")
+variant(PS8, "MLM a fixed pattern with the right rates (the same for every rng)", "mlm_mask", {MLM_STATS}, """
+def mlm_mask(ids, mask_id, vocab_size, special_mask, mask_prob=0.15, rng=None):
+    ids = np.asarray(ids)
+    fixed = np.random.default_rng(1234)  # a pattern of its own: right rates, never changes
+    selected = (fixed.random(ids.shape) < mask_prob) & ~np.asarray(special_mask, dtype=bool)
+    action = fixed.random(ids.shape)
+    random_ids = fixed.integers(0, vocab_size, size=ids.shape)
+    inputs = np.where(selected & (action < 0.8), mask_id, ids)
+    inputs = np.where(selected & (action >= 0.8) & (action < 0.9), random_ids, inputs)
+    return inputs, np.where(selected, ids, -100)
+""")
+variant(PS8, "MLM evenly spaced selections (position-dependent, right rates)", "mlm_mask", {MLM_STATS}, """
+def mlm_mask(ids, mask_id, vocab_size, special_mask, mask_prob=0.15, rng=None):
+    rng = np.random.default_rng() if rng is None else rng
+    ids = np.asarray(ids)
+    step = max(int(round(1 / mask_prob)), 1) if mask_prob > 0 else 0
+    position = np.arange(ids.size).reshape(ids.shape) + int(rng.integers(0, max(step, 1)))
+    selected = ((position % step == 0) if step else np.zeros(ids.shape, dtype=bool))
+    selected &= ~np.asarray(special_mask, dtype=bool)
+    if mask_prob >= 1:
+        selected = ~np.asarray(special_mask, dtype=bool)
+    action = rng.random(ids.shape)
+    inputs = np.where(selected & (action < 0.8), mask_id, ids)
+    inputs = np.where(selected & (action >= 0.8) & (action < 0.9), rng.integers(0, vocab_size, size=ids.shape), inputs)
+    return inputs, np.where(selected, ids, -100)
+""")
 loss_with = template(PS8, "mlm_loss", """
 def mlm_loss(logits, labels):
     logits, labels = np.asarray(logits, dtype=float), np.asarray(labels)
