@@ -1170,11 +1170,17 @@ def work_folder(limits: Limits, parent: Path | None = None, prefix: str = "llmar
     As root it is a tmpfs of `limits.disk_mb` (see the module docstring), so a sandbox whose workdir is
     inside it cannot fill the host's disk; otherwise, or if the mount fails, a plain folder.
     """
+    if (str(parent), prefix) not in _SWEPT:  # once per process
+        _SWEPT.add((str(parent), prefix))
+        sweep_leftovers(parent, prefix)
     path = Path(tempfile.mkdtemp(prefix=prefix, dir=parent)).resolve()
+    held = None
     try:
         mounted = os.geteuid() == 0 and _mount_tmpfs(path, limits.disk_mb)
         if mounted:
             _WORK_FOLDERS[path] = f"tmpfs {limits.disk_mb} MB"
+        held = os.open(path, os.O_RDONLY | os.O_DIRECTORY)  # what the path shows now: see sweep_leftovers
+        fcntl.flock(held, fcntl.LOCK_EX)
         try:
             yield path
         finally:
@@ -1182,7 +1188,64 @@ def work_folder(limits: Limits, parent: Path | None = None, prefix: str = "llmar
                 del _WORK_FOLDERS[path]
                 _unmount(path)
     finally:
+        if held is not None:
+            os.close(held)
         _remove_tree(path)
+
+
+STALE_FOLDER_SECONDS = 60.0  # an unlocked work folder this old belongs to no grader (it locks it at once)
+STALE_CGROUP_SECONDS = 600.0  # an empty run cgroup this old belongs to no run (a live run's is never empty long)
+_SWEPT: set[tuple[str, str]] = set()  # (parent, prefix) already swept by this process
+
+
+def sweep_leftovers(parent: Path | None = None, prefix: str = "llmarch-grade-",
+                    min_age: float = STALE_FOLDER_SECONDS) -> list[str]:
+    """Remove what a grader killed without cleaning up (SIGKILL, a Dask worker that died) left behind (every
+    ``work_folder`` does this once per process): work folders named ``prefix*`` under ``parent`` (default: the temporary directory) that no process
+    holds locked and that are older than ``min_age`` seconds (each live one is ``flock``-ed by its grader,
+    once its tmpfs is mounted, until it is removed; the kernel drops the lock when the process dies, in any pid
+    namespace), unmounting their tmpfs first; and this grader's sibling cgroups
+    ``llmarch-sandbox-*`` that are empty and older than ``STALE_CGROUP_SECONDS``. Returns what was removed.
+    What cannot be removed (a mount or cgroup another namespace holds) is logged and left."""
+    folder = Path(parent or tempfile.gettempdir())
+    removed = []
+    for path in folder.glob(f"{prefix}*"):
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+        except OSError:
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            if time.time() - os.fstat(fd).st_mtime < min_age:
+                raise BlockingIOError  # so new that its grader may not have locked it yet
+        except OSError:  # a live grader holds it
+            os.close(fd)
+            continue
+        try:
+            if os.path.ismount(path):
+                _unmount(path)
+            _remove_tree(path)
+            removed.append(str(path))
+        except OSError as exc:
+            log.warning("cannot remove the stale work folder %s: %s", path, exc)
+        finally:
+            os.close(fd)
+    try:
+        v1_parents, v2_parent = _locate_cgroups(_read_text("/proc/self/mountinfo"), _read_text("/proc/self/cgroup"))
+    except OSError:
+        return removed
+    for cgroup_parent in {*v1_parents.values(), *([v2_parent] if v2_parent else [])}:
+        for cgroup in cgroup_parent.glob("llmarch-sandbox-*"):
+            try:
+                empty = not _read_text(cgroup / "cgroup.procs").strip()
+                if empty and time.time() - cgroup.stat().st_mtime > STALE_CGROUP_SECONDS:
+                    cgroup.rmdir()
+                    removed.append(str(cgroup))
+            except OSError:
+                continue
+    if removed:
+        log.warning("removed what earlier grader runs left behind: %s", ", ".join(removed)[:1000])
+    return removed
 
 
 def _libc_call(name: str, *args) -> None:

@@ -30,7 +30,7 @@ import nbformat
 import pytest
 
 from autograder.__main__ import main as grader_main
-from autograder.sandbox import bubblewrap_available
+from autograder.sandbox import Limits, bubblewrap_available, sweep_leftovers, work_folder
 from submissions import release, submission, write
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -725,3 +725,21 @@ def test_other_assignments(assignment, answers, extra, item, tmp_path):
     assert row["status"] == "graded", row
     failed = [gid for gid in load(assignment).CHECKS if row[gid] == "0"]
     assert failed == ([] if item is None else [item]), row
+
+
+# -- 8. Leftovers: a grader killed halfway leaves nothing that the next one does not remove ---------------------
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="a work folder is a tmpfs mount only when the grader is root")
+def test_a_killed_grader_leaves_nothing_that_the_next_one_does_not_remove(tmp_path):
+    killed = ("import os, signal, sys\nfrom pathlib import Path\nfrom autograder.sandbox import Limits, work_folder\n"
+              "with work_folder(Limits(disk_mb=8), parent=Path(sys.argv[1])) as folder:\n"
+              "    (folder / 'submission').mkdir()\n    os.kill(os.getpid(), signal.SIGKILL)\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "lib")])}
+    assert subprocess.run([sys.executable, "-c", killed, str(tmp_path)], env=env).returncode == -9
+    left = list(tmp_path.glob("llmarch-grade-*"))
+    assert len(left) == 1 and os.path.ismount(left[0]) and (left[0] / "submission").is_dir()
+    with work_folder(Limits(disk_mb=8), parent=tmp_path) as live:  # a grader at work: its folder is locked
+        assert sweep_leftovers(tmp_path, min_age=0) == [str(left[0])]
+        assert live.is_dir() and not left[0].exists()
+    assert list(tmp_path.iterdir()) == []
+
