@@ -28,7 +28,8 @@ A hidden check accepts whatever the visible tests accept; this is the one place 
 - Each value may be anything NumPy reads as an array of numbers: an ndarray, a list, a Python or NumPy scalar,
   a torch tensor. Integer results are compared as numbers with a float reference, as the visible tests'
   ``check_close`` does; where the reference is a boolean mask, the answer must be boolean too (the visible
-  tests assert the dtype), and the message names the dtype that came back.
+  tests assert the dtype), and the message names the dtype that came back. Where a problem set states a float64
+  contract (``Check.dtype``, ps7), a float32 answer fails in the visible tests and the hidden ones alike, by name.
 - Plain data (``"output": "data"``) compares lists and tuples as the same thing.
 """
 
@@ -153,7 +154,8 @@ def returned_values(result, count):
 
 def _as_plain_array(value):
     """Only real numbers cross the boundary: torch tensors, ndarray subclasses and objects that claim to be
-    equal to everything become base-class bool, int64 or float64 ndarrays, or fail here."""
+    equal to everything become base-class bool, int64, float32 (from any narrower float) or float64 ndarrays,
+    or fail here."""
     if hasattr(value, "detach") and hasattr(value, "numpy"):  # a torch tensor, without importing torch
         value = value.detach().cpu().numpy()
     array = np.array(value, copy=True, subok=False)
@@ -163,6 +165,8 @@ def _as_plain_array(value):
         return array.astype(np.int64)  # kept as integers so that a boolean check can name the dtype
     if array.dtype.kind not in "iuf":
         raise TypeError(f"returned a value of type {type(value).__name__} (dtype {array.dtype}), not an array of numbers")
+    if array.dtype.kind == "f" and array.dtype.itemsize < 8:
+        return array.astype(np.float32)  # kept narrow, so that the grader can name the dtype (float16 as float32)
     return array.astype(np.float64)
 
 

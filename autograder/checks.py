@@ -18,7 +18,7 @@ from typing import Any, Callable
 import numpy as np
 
 from autograder.capture import from_data, to_data
-from autograder.compare import compare_arrays, compare_data
+from autograder.compare import compare_arrays, compare_data, returned_value_name
 
 MAX_OUTPUT_BYTES = 64 * 2**20  # one captured array; larger files are rejected unread
 MAX_DATA_BYTES = 4 * 2**20  # one captured plain-data result (JSON)
@@ -48,8 +48,12 @@ class RngArg:
 
 @dataclass
 class Case:
+    """One call of the student's function: ``args`` and ``kwargs``, and ``note``, a one-line description of what
+    the case checks (shown in the feedback, as the visible tests show theirs)."""
+
     args: tuple
     kwargs: dict[str, Any] = field(default_factory=dict)
+    note: str = ""
 
     def describe(self, function: str) -> str:
         def show(a):
@@ -89,6 +93,8 @@ class Check:
     output: str = "arrays"  # or "data"
     depends_on: tuple[str, ...] = ()  # the student's other functions this one calls (named when they fail)
     verdict: Callable[[list[Case], list[tuple]], str | None] | None = None  # judges all outputs together
+    dtype: str | None = None  # a stated contract ("float64"): a float answer of another dtype fails, by name
+    returns: tuple[str, ...] = ()  # the names of the returned values, for messages: ("n_noise", "n_spans")
 
 
 @dataclass
@@ -156,7 +162,7 @@ def write_inputs(check_id: str, check: Check, cases: list[Case], expected: list,
     (folder / "spec.json").write_text(json.dumps(spec))
 
 
-_NPY_DTYPES = {np.dtype(np.float64), np.dtype(np.int64), np.dtype(np.bool_)}  # what capture.py writes
+_NPY_DTYPES = {np.dtype(np.float64), np.dtype(np.float32), np.dtype(np.int64), np.dtype(np.bool_)}  # capture.py's
 
 
 def parse_npy(data: bytes) -> np.ndarray | None:
@@ -220,13 +226,22 @@ def captured_files(check: Check, check_id: str, expected_all: list) -> dict[str,
     return files
 
 
+def _dtype_problem(check: Check, got: np.ndarray, what: str) -> str | None:
+    """The message when ``check`` states a float dtype and a float array of another dtype came back."""
+    if check.dtype and got.dtype.kind == "f" and got.dtype != np.dtype(check.dtype):
+        return (f"{what}: returned dtype {got.dtype}; this problem set's contract is {check.dtype} (its rounding, "
+                "about 1e-7 of each value, exceeds the tolerance near zero): compute in float64")
+    return None
+
+
 def judge(check: Check, check_id: str, cases: list[Case], expected_all: list, files: dict[str, bytes]) -> CheckResult:
     """Compare every case's captured output (``files``, by the names of :func:`captured_files`) with the
     reference's answers ``expected_all``; the first failing case explains the verdict."""
     folder = f"{OUTPUTS}/{check_id}"
     returned = []  # every case's values, for a verdict
     for i, (case, expected) in enumerate(zip(cases, expected_all)):
-        label = f"hidden case {i + 1} of {len(cases)}, {case.describe(check.function)}"
+        about = f" ({case.note})" if case.note else ""
+        label = f"hidden case {i + 1} of {len(cases)}{about}, {case.describe(check.function)}"
         error = files.get(f"{folder}/case{i}.error.txt")
         if error is not None:
             return CheckResult(False, f"{label} raised {error.decode('utf-8', 'replace').strip()}")
@@ -234,7 +249,7 @@ def judge(check: Check, check_id: str, cases: list[Case], expected_all: list, fi
             found, got = decode_data(files.get(f"{folder}/case{i}_out.json"))
             if not found:
                 return CheckResult(False, f"{label}: the grader received no result (did the notebook stop before this test?)")
-            problem = compare_data(got, expected, label, check.rtol, check.atol)
+            problem = compare_data(got, expected, label, check.rtol, check.atol, check.returns)
             if problem:
                 return CheckResult(False, problem)
             continue
@@ -246,8 +261,9 @@ def judge(check: Check, check_id: str, cases: list[Case], expected_all: list, fi
             if got is None:
                 what = "no result" if j == 0 else f"only {j} value(s), expected {len(expected)}"
                 return CheckResult(False, f"{label}: the grader received {what} (did the notebook stop before this test?)")
-            part = f"{label}, returned value {j + 1}" if len(expected) > 1 else label
-            problem = None if check.verdict else compare_arrays(got, np.asarray(exp), part, check.rtol, check.atol)
+            part = f"{label}, {returned_value_name(j, len(expected), check.returns)}" if len(expected) > 1 else label
+            problem = _dtype_problem(check, got, part) or (
+                None if check.verdict else compare_arrays(got, np.asarray(exp), part, check.rtol, check.atol))
             if problem:
                 return CheckResult(False, problem)
             values.append(got)

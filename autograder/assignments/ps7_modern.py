@@ -6,6 +6,9 @@ gate, ``w3`` the up projection, ``w2`` the down projection); ``llmarch.positiona
 grouped-query attention as ``MultiHeadAttention.attend`` computes it (key/value heads repeated with
 ``repeat_interleave``) with the causal mask aligned at the bottom right (``causal_mask(T, T_k, offset=T_k - T)``);
 and ``llmarch.positional.rope_frequencies`` with ``rope_type="llama3"``.
+
+Every check states the notebook's float64 contract (``Check.dtype``): a float32 answer fails, with a message that
+names its dtype, exactly as the notebook's ``check_close`` fails it, so visible and hidden tests agree.
 """
 
 from __future__ import annotations
@@ -139,7 +142,9 @@ def _rope_offset(rng):
             Case((_unit_vectors(1), np.array([100]))),
             Case((rng.normal(size=(int(rng.integers(1, 3)), int(rng.integers(1, 4)), t, d)), np.arange(past, past + t)),
                  {"base": float(np.exp(rng.uniform(np.log(100), np.log(1e6))))}),
-            Case((rng.normal(size=(2, 8)), rng.integers(1, 5000, size=2)))]
+            Case((rng.normal(size=(2, 8)), rng.integers(1, 5000, size=2))),
+            Case((rng.normal(size=(1, 2, 4, 8)), np.array([7, 2, 30, 31])), {"base": 500.0},
+                 note="positions that are neither consecutive nor sorted")]
 
 
 def _heads(rng):
@@ -192,14 +197,14 @@ def _llama3_factors(rng):
 
 
 CHECKS = {
-    "test_rms_norm": Check("rms_norm", _rms_norm, ref_rms_norm),
-    "test_rms_norm_eps": Check("rms_norm", _rms_norm_eps, ref_rms_norm),
-    "test_swiglu": Check("swiglu", _swiglu, ref_swiglu),
-    "test_swiglu_batched": Check("swiglu", _swiglu_batched, ref_swiglu),
-    "test_rope": Check("rope_rotate_half", _rope, ref_rope),
-    "test_rope_offset": Check("rope_rotate_half", _rope_offset, ref_rope),
-    "test_gqa": Check("grouped_query_attention", _gqa, ref_gqa),
-    "test_gqa_cache": Check("grouped_query_attention", _gqa_cache, ref_gqa),
-    "test_llama3": Check("llama3_inv_freq", _llama3, ref_llama3),
-    "test_llama3_factors": Check("llama3_inv_freq", _llama3_factors, ref_llama3),
+    "test_rms_norm": Check("rms_norm", _rms_norm, ref_rms_norm, dtype="float64"),
+    "test_rms_norm_eps": Check("rms_norm", _rms_norm_eps, ref_rms_norm, dtype="float64"),
+    "test_swiglu": Check("swiglu", _swiglu, ref_swiglu, dtype="float64"),
+    "test_swiglu_batched": Check("swiglu", _swiglu_batched, ref_swiglu, dtype="float64"),
+    "test_rope": Check("rope_rotate_half", _rope, ref_rope, dtype="float64"),
+    "test_rope_offset": Check("rope_rotate_half", _rope_offset, ref_rope, dtype="float64"),
+    "test_gqa": Check("grouped_query_attention", _gqa, ref_gqa, dtype="float64"),
+    "test_gqa_cache": Check("grouped_query_attention", _gqa_cache, ref_gqa, dtype="float64"),
+    "test_llama3": Check("llama3_inv_freq", _llama3, ref_llama3, dtype="float64"),
+    "test_llama3_factors": Check("llama3_inv_freq", _llama3_factors, ref_llama3, dtype="float64"),
 }

@@ -312,24 +312,25 @@ def _mlm_loss_large(rng):
 
 
 def _t5_counts(rng):
-    fixed = [(10, 0.15, 3.0),   # 1.5 -> 2: round, not floor
-             (30, 0.15, 3.0),   # 4.5 -> 4: half to even, not half up
-             (50, 0.15, 3.0),   # 7.5 -> 8 (half to even goes up here), 8 / 3 -> 3
-             (190, 0.15, 3.0),  # float32: 190 * 0.15 = 28.500002 -> 29 (float64 gives 28.499999999999996 -> 28)
-             (20, 0.5, 4.0),    # 10 / 4 = 2.5 -> 2 spans
-             (512, 0.15, 3.0)]
+    fixed = [((10, 0.15, 3.0), "1.5 noise tokens: round, not floor"),
+             ((30, 0.15, 3.0), "4.5 noise tokens: half to even, not half up"),
+             ((50, 0.15, 3.0), "7.5 noise tokens: half to even goes up here"),
+             ((190, 0.15, 3.0), "float32 arithmetic: 190 * 0.15 is 28.500002 in float32"),
+             ((20, 0.5, 4.0), "2.5 spans: half to even"),
+             ((512, 0.15, 3.0), "the worked example")]
     drawn = [(int(rng.integers(40, 2049)), float(rng.choice([0.1, 0.15, 0.2, 0.3, 0.5])),
               float(rng.choice([2.0, 3.0, 3.5, 5.0]))) for _ in range(3)]
-    return [Case(args) for args in fixed + drawn]
+    return [Case(args, note=note) for args, note in fixed] + [Case(args, note="random arguments") for args in drawn]
 
 
 def _t5_counts_clipping(rng):
-    fixed = [(5, 0.01, 3.0),   # 0.05 -> 0 noise tokens: at least 1, and at least one span
-             (2, 0.9, 1.0),    # 1.8 -> 2 = length: at most length - 1
-             (4, 0.99, 1.0),   # 3.96 -> 4 = length -> 3 noise tokens, 3 spans
-             (10, 0.1, 3.0)]   # 1 noise token, 1 / 3 -> 0 spans -> at least 1
+    fixed = [((5, 0.01, 3.0), "0 noise tokens round up to 1, and one span"),
+             ((2, 0.9, 1.0), "as many noise tokens as tokens: at most length - 1"),
+             ((4, 0.99, 1.0), "at most length - 1 noise tokens, then as many spans"),
+             ((10, 0.1, 3.0), "0 spans round up to 1")]
     length = int(rng.integers(2, 31))
-    return [Case(args) for args in fixed + [(length, 0.01, 3.0), (int(rng.integers(2, 41)), 0.99, 1.0)]]
+    drawn = [((length, 0.01, 3.0), "almost no noise"), ((int(rng.integers(2, 41)), 0.99, 1.0), "almost all noise")]
+    return [Case(args, note=note) for args, note in fixed + drawn]
 
 
 T5_SENTINELS = np.arange(32099, 31999, -1)  # <extra_id_0> = 32099, <extra_id_1> = 32098, ... (T5's vocabulary)
@@ -387,14 +388,21 @@ def _best_span_ties(rng):
 
 
 CHECKS = {
-    "test_mlm_invariants": Check("mlm_mask", _mlm_invariants, ref_mlm_mask, verdict=mlm_invariants),
-    "test_mlm_statistics": Check("mlm_mask", _mlm_statistics, ref_mlm_mask, verdict=mlm_statistics),
+    "test_mlm_invariants": Check("mlm_mask", _mlm_invariants, ref_mlm_mask, verdict=mlm_invariants,
+                                 returns=("inputs", "labels")),
+    "test_mlm_statistics": Check("mlm_mask", _mlm_statistics, ref_mlm_mask, verdict=mlm_statistics,
+                                 returns=("inputs", "labels")),
     "test_mlm_loss": Check("mlm_loss", _mlm_loss, ref_mlm_loss, rtol=1e-6, atol=1e-9),
     "test_mlm_loss_large_logits": Check("mlm_loss", _mlm_loss_large, ref_mlm_loss, rtol=1e-6, atol=1e-9),
-    "test_t5_counts": Check("t5_span_counts", _t5_counts, ref_t5_counts, rtol=0, atol=0),
-    "test_t5_counts_clipping": Check("t5_span_counts", _t5_counts_clipping, ref_t5_counts, rtol=0, atol=0),
-    "test_t5_corruption": Check("t5_span_corruption", _t5_corruption, ref_t5_corruption, rtol=0, atol=0),
-    "test_t5_corruption_edges": Check("t5_span_corruption", _t5_corruption_edges, ref_t5_corruption, rtol=0, atol=0),
-    "test_best_span": Check("best_span", _best_span, ref_best_span, rtol=0, atol=0),
-    "test_best_span_ties": Check("best_span", _best_span_ties, ref_best_span, rtol=0, atol=0),
+    "test_t5_counts": Check("t5_span_counts", _t5_counts, ref_t5_counts, rtol=0, atol=0,
+                            returns=("n_noise", "n_spans")),
+    "test_t5_counts_clipping": Check("t5_span_counts", _t5_counts_clipping, ref_t5_counts, rtol=0, atol=0,
+                                     returns=("n_noise", "n_spans")),
+    "test_t5_corruption": Check("t5_span_corruption", _t5_corruption, ref_t5_corruption, rtol=0, atol=0,
+                                returns=("inputs", "targets")),
+    "test_t5_corruption_edges": Check("t5_span_corruption", _t5_corruption_edges, ref_t5_corruption, rtol=0, atol=0,
+                                      returns=("inputs", "targets")),
+    "test_best_span": Check("best_span", _best_span, ref_best_span, rtol=0, atol=0, returns=("start", "end")),
+    "test_best_span_ties": Check("best_span", _best_span_ties, ref_best_span, rtol=0, atol=0,
+                                 returns=("start", "end")),
 }
