@@ -917,7 +917,7 @@ variant(PS7, "RoPE ignores base", "rope_rotate_half", ROPE, rope_with(theta="100
 variant(PS7, "RoPE with theta_i = base^(-i/d)", "rope_rotate_half", ROPE,
         rope_with(theta="base ** (-np.arange(d // 2) / d)"))
 gqa7_with = template(PS7, "grouped_query_attention", """
-def grouped_query_attention(q, k, v, is_causal=True):
+def grouped_query_attention(q, k, v, is_causal=False):
     g = q.shape[1] // k.shape[1]
     T, T_k = q.shape[2], k.shape[2]
     mask = {mask} if {causal} else None
@@ -933,7 +933,7 @@ variant(PS7, "grouped-query attention always causal", "grouped_query_attention",
 variant(PS7, "grouped-query mask hides the query's own position", "grouped_query_attention", GQA7,
         gqa7_with(mask="np.arange(T_k)[None, :] < np.arange(T)[:, None] + (T_k - T)"))
 variant(PS7, "grouped-query attention without the 1/sqrt(d) scale", "grouped_query_attention", GQA7, """
-def grouped_query_attention(q, k, v, is_causal=True):
+def grouped_query_attention(q, k, v, is_causal=False):
     g = q.shape[1] // k.shape[1]
     T, T_k = q.shape[2], k.shape[2]
     mask = np.arange(T_k)[None, :] <= np.arange(T)[:, None] + (T_k - T) if is_causal else None

@@ -52,7 +52,7 @@ def ref_rope(x, positions, base=10000.0):
     return apply_rope(_t(x), torch.as_tensor(np.asarray(positions)), base=float(base), interleaved=False).numpy()
 
 
-def ref_gqa(q, k, v, is_causal=True):
+def ref_gqa(q, k, v, is_causal=False):
     q, k, v = _t(q), _t(k), _t(v)
     group = q.shape[1] // k.shape[1]
     k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
@@ -159,7 +159,7 @@ def _gqa_inputs(rng, h, h_kv, t, t_k):
 def _gqa(rng):
     t = int(rng.integers(2, 8))
     h, h_kv = _heads(rng)
-    return [Case(_gqa_inputs(rng, 6, 2, t, t)),  # h // g and h % H_kv differ
+    return [Case(_gqa_inputs(rng, 6, 2, t, t), {"is_causal": True}),  # h // g and h % H_kv differ
             Case(_gqa_inputs(rng, 4, 1, 3, 6), {"is_causal": False}),
             Case(_gqa_inputs(rng, 3, 3, 4, 4), {"is_causal": True}),
             Case(_gqa_inputs(rng, h, h_kv, int(rng.integers(1, 7)), int(rng.integers(1, 9))), {"is_causal": False}),
@@ -169,7 +169,7 @@ def _gqa(rng):
 def _gqa_cache(rng):
     h, h_kv = _heads(rng)
     t = int(rng.integers(1, 5))
-    return [Case(_gqa_inputs(rng, 4, 2, 2, 4)),
+    return [Case(_gqa_inputs(rng, 4, 2, 2, 4), {"is_causal": True}),
             Case(_gqa_inputs(rng, 6, 3, 1, 5), {"is_causal": True}),
             Case(_gqa_inputs(rng, h, h_kv, t, t + int(rng.integers(1, 9))), {"is_causal": True})]
 
