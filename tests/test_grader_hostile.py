@@ -328,10 +328,24 @@ def _(folder, name):
     solved(folder, name, extra_cells=final_cell("import os, signal\nos.kill(os.getpid(), signal.SIGKILL)\n"))
 
 
+# Notebook code: the paths /proc/<pid>/fd/<n> of every process the notebook can list (its own only if asked).
+OPEN_FILES = """
+import os
+def open_files(own=False):
+    for pid in filter(str.isdigit, os.listdir('/proc')):
+        if int(pid) == os.getpid() and not own:
+            continue
+        try:
+            entries = os.listdir(f'/proc/{pid}/fd')
+        except OSError:
+            continue
+        for entry in entries:
+            yield f'/proc/{pid}/fd/{entry}'
+"""
+
 # Writes `line` to every pipe the notebook can reach outside its own process: the heartbeat's number from the
 # environment, if the notebook has it, and each pipe of another process through /proc/<pid>/fd.
-FORGE_PIPES = """
-import os
+FORGE_PIPES = OPEN_FILES + """
 def forge(line):
     fds = [int(os.environ['GRADER_HEARTBEAT_FD'])] if 'GRADER_HEARTBEAT_FD' in os.environ else []
     for fd in fds:
@@ -339,21 +353,14 @@ def forge(line):
             os.write(fd, line)
         except OSError:
             pass
-    for pid in filter(str.isdigit, os.listdir('/proc')):
-        if int(pid) == os.getpid():
-            continue
+    for path in open_files():
         try:
-            entries = os.listdir(f'/proc/{pid}/fd')
+            if os.readlink(path).startswith('pipe:'):
+                fd = os.open(path, os.O_WRONLY | os.O_NONBLOCK)
+                os.write(fd, line)
+                os.close(fd)
         except OSError:
-            continue
-        for entry in entries:
-            try:
-                if os.readlink(f'/proc/{pid}/fd/{entry}').startswith('pipe:'):
-                    fd = os.open(f'/proc/{pid}/fd/{entry}', os.O_WRONLY | os.O_NONBLOCK)
-                    os.write(fd, line)
-                    os.close(fd)
-            except OSError:
-                pass
+            pass
 """
 
 
@@ -380,8 +387,7 @@ def _(folder, name):
 
 # A first cell that looks everywhere it can for the hidden cases (files, other processes' open files,
 # environments and memory) and, if it finds any, ends the notebook at once.
-HUNT = """
-import os
+HUNT = OPEN_FILES + """
 def _hunt():
     needles = [('spec' + '.json').encode(), ('"ret' + 'urns": ').encode()]
     for top in ('/grader', '/tmp', '/submission', '/run', '/var', '/dev/shm', '/home'):
@@ -389,31 +395,26 @@ def _hunt():
             if any(f == 'spec' + '.json' or f.endswith(('.npy', '.zip')) for f in files):
                 return 'file in ' + folder
     for pid in filter(str.isdigit, os.listdir('/proc')):
-        if int(pid) != os.getpid():
-            for what in ('environ', 'mem'):
-                try:
-                    with open(f'/proc/{pid}/{what}', 'rb') as f:
-                        if what == 'environ':
-                            f.read()
-                    return f'/proc/{pid}/{what} is readable'
-                except OSError:
-                    pass
+        for what in ('environ', 'mem') if int(pid) != os.getpid() else ():
+            try:
+                with open(f'/proc/{pid}/{what}', 'rb') as f:
+                    if what == 'environ':
+                        f.read()
+                return f'/proc/{pid}/{what} is readable'
+            except OSError:
+                pass
+    for path in open_files(own=True):
         try:
-            entries = os.listdir(f'/proc/{pid}/fd')
+            fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
         except OSError:
             continue
-        for entry in entries:
-            try:
-                fd = os.open(f'/proc/{pid}/fd/{entry}', os.O_RDONLY | os.O_NONBLOCK)
-            except OSError:
-                continue
-            try:
-                data = os.read(fd, 2**20)
-            except OSError:
-                data = b''
-            os.close(fd)
-            if any(needle in data for needle in needles):  # built here, so not in IPython's history
-                return f'/proc/{pid}/fd/{entry} -> ' + os.readlink(f'/proc/{pid}/fd/{entry}')
+        try:
+            data = os.read(fd, 2**20)
+        except OSError:
+            data = b''
+        os.close(fd)
+        if any(needle in data for needle in needles):  # built here, so not in IPython's history
+            return path + ' -> ' + os.readlink(path)
     return None
 _found = _hunt()
 if _found:
