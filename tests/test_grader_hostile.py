@@ -32,6 +32,7 @@ import pytest
 from autograder.__main__ import main as grader_main
 from autograder.sandbox import Limits, bubblewrap_available, sweep_leftovers, work_folder
 from submissions import release, submission, write
+from test_wrong_variants import harnesses  # noqa: F401 - the fixture, for the ps7 cases below
 
 ROOT = Path(__file__).resolve().parents[1]
 PS, NB, FULL = "ps1-attention", "ps1-attention.ipynb", 15
@@ -744,3 +745,31 @@ def test_a_killed_grader_leaves_nothing_that_the_next_one_does_not_remove(tmp_pa
         assert live.is_dir() and not left[0].exists()
     assert list(tmp_path.iterdir()) == []
 
+
+
+# -- 9. ps7: torch tensors are answers, and the float64 contract is the same in visible and hidden tests -------
+
+def _ps7_returning(dtype: str) -> dict:
+    """ps7's solution namespace with every graded function returning a torch tensor of ``dtype``."""
+    import numpy as np
+    import torch
+    from test_wrong_variants import _namespace
+
+    ns = _namespace("ps7-modern")
+    for name in ("rms_norm", "swiglu", "rope_rotate_half", "grouped_query_attention", "llama3_inv_freq"):
+        ns[name] = (lambda f: lambda *a, **k: torch.from_numpy(np.asarray(f(*a, **k))).to(getattr(torch, dtype)))(
+            ns[name])
+    return ns
+
+
+def test_ps7_torch_answers_pass_visible_and_hidden_tests_and_float32_fails_both_by_name(harnesses):
+    from test_wrong_variants import _test_cells, _visible_failures
+
+    cells = _test_cells("ps7-modern")
+    ns = _ps7_returning("float64")
+    assert _visible_failures("ps7-modern", ns, cells) == {}
+    assert harnesses("ps7-modern").lost(ns, 0) == set()
+    ns = _ps7_returning("float32")
+    failures = _visible_failures("ps7-modern", ns, cells)
+    assert set(failures) == set(cells) and all("float32" in m for m in failures.values()), failures
+    assert harnesses("ps7-modern").lost(ns, 0) == set(cells)
