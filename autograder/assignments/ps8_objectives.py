@@ -189,8 +189,9 @@ def _replacement_problems(cases: list[Case], arrays: list[tuple]) -> tuple[int, 
         return LOW_IDS, problem + "; random ids must be uniform over all of [0, vocab_size)"
     ids, special, inputs, labels = arrays[TINY_VOCAB]
     selected = labels != IGNORE
-    problem = _rate_problem("selected tokens whose input is their original token", int((selected & (inputs == ids)).sum()),
-                            int(selected.sum()), 0.1 + 0.1 / 3, 0.0)
+    kept = int((selected & (inputs == ids)).sum())
+    problem = _rate_problem("selected tokens whose input is their original token", kept, int(selected.sum()),
+                            0.1 + 0.1 / 3, 0.0)
     if problem:
         return TINY_VOCAB, problem + "; a random id may equal the original token"
     return None
