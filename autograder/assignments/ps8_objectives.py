@@ -248,11 +248,11 @@ def _bert_batch(rng, batch, length, vocab_size, max_padding):
     return ids, special
 
 
-def _mlm_case(ids, special, vocab_size, mask_prob, seed=None, mask_id=MASK):
+def _mlm_case(ids, special, vocab_size, mask_prob, seed=None, mask_id=MASK, note=""):
     kwargs = {"mask_prob": float(mask_prob)}
     if seed is not None:
         kwargs["rng"] = RngArg(int(seed))
-    return Case((ids, mask_id, int(vocab_size), special), kwargs)
+    return Case((ids, mask_id, int(vocab_size), special), kwargs, note=note)
 
 
 def _mlm_invariants(rng):
@@ -280,15 +280,17 @@ def _mlm_statistics(rng):
     for seed, (vocab, mask_prob) in zip(seeds, ((30522, 0.15), (int(rng.integers(1000, 50000)), 0.15),
                                                 (int(rng.integers(1000, 50000)), float(rng.uniform(0.25, 0.5))))):
         ids, special = _bert_batch(rng, 192, 512, vocab, 128)
-        cases.append(_mlm_case(ids, special, vocab, mask_prob, seed))
+        cases.append(_mlm_case(ids, special, vocab, mask_prob, seed, note="the rates on 192 x 512 tokens"))
     first = cases[0]
-    cases.append(Case(first.args, dict(first.kwargs)))  # REPEATED: the same generator seed
-    cases.append(Case(first.args, dict(first.kwargs, rng=RngArg(int(seeds[3])))))  # RESEEDED
+    cases.append(Case(first.args, dict(first.kwargs), note="case 1 again, the same rng seed"))  # REPEATED
+    cases.append(Case(first.args, dict(first.kwargs, rng=RngArg(int(seeds[3]))),
+                      note="case 1's ids under another rng seed"))  # RESEEDED
     vocab = int(rng.integers(1000, 1900))  # LOW_IDS: every original id (>= 999) lies above vocab // 2
     ids, special = _bert_batch(rng, 96, 512, vocab, 64)
-    cases.append(_mlm_case(ids, special, vocab, 0.5, seeds[4]))
+    cases.append(_mlm_case(ids, special, vocab, 0.5, seeds[4], note="a small vocabulary: random ids cover it all"))
     tiny = rng.integers(0, 2, size=(192, 512))  # TINY_VOCAB: ids 0 and 1, mask_id 2, vocab_size 3
-    cases.append(_mlm_case(tiny, np.zeros(tiny.shape, dtype=bool), 3, 0.5, int(rng.integers(2**31)), mask_id=2))
+    cases.append(_mlm_case(tiny, np.zeros(tiny.shape, dtype=bool), 3, 0.5, int(rng.integers(2**31)), mask_id=2,
+                           note="vocabulary 3: a random id may be the original"))
     return cases
 
 

@@ -183,15 +183,16 @@ def _minhash_signature(rng):
     seed = int(rng.integers(0, 2**31))
     other = (seed + 1 + int(rng.integers(0, 1000))) % 2**31
     singles_seed = int(rng.integers(0, 2**31))
-    return [Case((items, 16, seed)),
-            Case((items[::-1] + items[:5], 16, seed)),
-            Case((items, 16, other)),
-            Case((_fresh_items(rng, 5, "q"), 1, int(rng.integers(0, 2**31)))),
-            Case((_fresh_items(rng, 12, "r"), 7), {"seed": int(rng.integers(0, 2**31))}),
-            Case((_fresh_items(rng, 50, "s"), 200, int(rng.integers(0, 2**31)))),
-            Case(([], 8, seed)),
-            Case((_fresh_items(rng, 3, "t"),))] + [
-            Case(([item], 64, singles_seed)) for item in _fresh_items(rng, 3, "u")]
+    return [Case((items, 16, seed), note="30 items"),
+            Case((items[::-1] + items[:5], 16, seed), note="the same set reversed, with repeats, the same seed"),
+            Case((items, 16, other), note="the same set under another seed"),
+            Case((_fresh_items(rng, 5, "q"), 1, int(rng.integers(0, 2**31))), note="num_perm 1"),
+            Case((_fresh_items(rng, 12, "r"), 7), {"seed": int(rng.integers(0, 2**31))}, note="seed by keyword"),
+            Case((_fresh_items(rng, 50, "s"), 200, int(rng.integers(0, 2**31))), note="more hash functions than items"),
+            Case(([], 8, seed), note="the empty set"),
+            Case((_fresh_items(rng, 3, "t"),), note="the default num_perm and seed")] + [
+            Case(([item], 64, singles_seed), note="one item: (a_i stable_hash(item) + b_i) mod P")
+            for item in _fresh_items(rng, 3, "u")]
 
 
 def _affine_problem(cases, sigs) -> str | None:
@@ -456,8 +457,10 @@ def _pii_email_ip(rng):
             "Blocked 203.0.113.45 and 10.0.0.1.", "Either a.b@example.com or A.B@EXAMPLE.COM, from 192.168.1.255",
             "No personal data in this sentence.",
             "Not addresses: 999.10.1.1, 10.0.2.300, 010.1.1.1, 1.2.3.4.5 and x1.2.3.4 stay."]
-    return ([Case((t,)) for t in edge] + [Case((email_ip_text(rng)[0],)) for _ in range(6)]
-            + [Case((not_ipv4_text(rng),)) for _ in range(3)])
+    return ([Case((t,), note="an example of the text") for t in edge[:5]]
+            + [Case((edge[5],), note="dotted numbers that are not IPv4 addresses")]
+            + [Case((email_ip_text(rng)[0],), note="new addresses in a sentence") for _ in range(6)]
+            + [Case((not_ipv4_text(rng),), note="dotted numbers that are not IPv4 addresses") for _ in range(3)])
 
 
 def _digits(rng, n):
