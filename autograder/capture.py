@@ -5,9 +5,12 @@ so it decides nothing and trusts nothing: it only turns what the student's funct
 ``.npy`` files (no pickle) that the trusted grader compares with the reference in phase 2. Anything a
 submission does to this module (monkeypatching, deleting it) can only spoil its own outputs.
 
-Input layout (written by the grader, mounted read-only): ``/grader/inputs/<check>/spec.json`` with
+Input layout (written by the grader): one check's files, ``spec.json`` with
 ``{"function": name, "cases": [{"args": [...], "kwargs": {...}}, ...]}`` where each argument is
-``{"array": "case0_arg1.npy"}``, ``{"value": <json>}`` or ``{"callable": name, "arrays": {...}}``.
+``{"array": "case0_arg1.npy"}``, ``{"value": <json>}``, ``{"rng": seed}`` (``np.random.default_rng(seed)``) or
+``{"callable": name, "arrays": {...}}``, and the
+arrays it names. In the sandbox they arrive from the runner's supervisor as ``{file name: bytes}``, when the
+test cell is run and not before (``runner.py``); the course's own tests pass a folder ``<inputs>/<check>/``.
 Output layout: ``/submission/.grader-outputs/<check>/case<i>_out<j>.npy`` for each returned value, or
 ``case<i>.error.txt`` with the exception the function raised.
 
@@ -25,17 +28,18 @@ A hidden check accepts whatever the visible tests accept; this is the one place 
 - Each value may be anything NumPy reads as an array of numbers: an ndarray, a list, a Python or NumPy scalar,
   a torch tensor. Integer results are compared as numbers with a float reference, as the visible tests'
   ``check_close`` does; where the reference is a boolean mask, the answer must be boolean too (the visible
-  tests assert the dtype), and the message names the dtype that came back.
+  tests assert the dtype), and the message names the dtype that came back. Where a problem set states a float64
+  contract (``Check.dtype``, ps7), a float32 answer fails in the visible tests and the hidden ones alike, by name.
 - Plain data (``"output": "data"``) compares lists and tuples as the same thing.
 """
 
+import io
 import json
 import os
 import traceback
 
 import numpy as np
 
-INPUTS = "/grader/inputs"
 OUTPUTS = "/submission/.grader-outputs"
 
 
@@ -122,14 +126,16 @@ def from_data(data):
     return data
 
 
-def _argument(spec, folder):
+def _argument(spec, read):
     if "array" in spec:
-        return np.load(os.path.join(folder, spec["array"]), allow_pickle=False)
+        return np.load(io.BytesIO(read(spec["array"])), allow_pickle=False)
     if "value" in spec:
         return spec["value"]
     if "data" in spec:
         return from_data(spec["data"])
-    arrays = {name: np.load(os.path.join(folder, file), allow_pickle=False) for name, file in spec["arrays"].items()}
+    if "rng" in spec:
+        return np.random.default_rng(int(spec["rng"]))
+    arrays = {name: np.load(io.BytesIO(read(file)), allow_pickle=False) for name, file in spec["arrays"].items()}
     return CALLABLES[spec["callable"]](arrays)
 
 
@@ -148,7 +154,8 @@ def returned_values(result, count):
 
 def _as_plain_array(value):
     """Only real numbers cross the boundary: torch tensors, ndarray subclasses and objects that claim to be
-    equal to everything become base-class bool, int64 or float64 ndarrays, or fail here."""
+    equal to everything become base-class bool, int64, float32 (from any narrower float) or float64 ndarrays,
+    or fail here."""
     if hasattr(value, "detach") and hasattr(value, "numpy"):  # a torch tensor, without importing torch
         value = value.detach().cpu().numpy()
     array = np.array(value, copy=True, subok=False)
@@ -158,21 +165,33 @@ def _as_plain_array(value):
         return array.astype(np.int64)  # kept as integers so that a boolean check can name the dtype
     if array.dtype.kind not in "iuf":
         raise TypeError(f"returned a value of type {type(value).__name__} (dtype {array.dtype}), not an array of numbers")
+    if array.dtype.kind == "f" and array.dtype.itemsize < 8:
+        return array.astype(np.float32)  # kept narrow, so that the grader can name the dtype (float16 as float32)
     return array.astype(np.float64)
 
 
-def capture(check_id, namespace=None, inputs=INPUTS, outputs=OUTPUTS):
+def _reader(check_id, inputs):
+    """``read(file name) -> bytes`` for one check's input files: ``inputs`` is ``{name: bytes}`` or a folder
+    holding ``<check_id>/<name>``."""
+    if isinstance(inputs, dict):
+        return lambda name: inputs[name]
+
+    def read(name):
+        with open(os.path.join(inputs, check_id, name), "rb") as f:
+            return f.read()
+    return read
+
+
+def capture(check_id, namespace=None, inputs=None, outputs=OUTPUTS):
     """Run the student's function on every case of ``check_id`` and save what it returns.
 
-    The sandbox calls ``capture(check_id)``: the function is looked up in ``__main__`` (the notebook's
-    namespace) and the folders are the mounted ones. The other arguments exist only for the course's own tests,
-    which run the same cases in-process: ``namespace`` (a dict) replaces ``__main__``, ``inputs`` and ``outputs``
-    replace the two folders."""
-    folder = os.path.join(inputs, check_id)
+    ``inputs``: the check's files as ``{name: bytes}`` (what the runner's kernel passes) or a folder with
+    ``<check_id>/spec.json`` (the course's own tests, which run the same cases in-process). ``namespace`` (a
+    dict; default ``__main__``) holds the student's functions; ``outputs`` is where the results go."""
     out = os.path.join(outputs, check_id)
     os.makedirs(out, exist_ok=True)
-    with open(os.path.join(folder, "spec.json"), encoding="utf-8") as f:
-        spec = json.load(f)
+    read = _reader(check_id, inputs or {})
+    spec = json.loads(read("spec.json").decode("utf-8"))
     if namespace is None:
         import __main__
 
@@ -183,8 +202,8 @@ def capture(check_id, namespace=None, inputs=INPUTS, outputs=OUTPUTS):
         try:
             if not callable(function):
                 raise NameError(f"the notebook defines no function named {spec['function']!r}")
-            args = [_argument(a, folder) for a in case["args"]]
-            kwargs = {k: _argument(a, folder) for k, a in case["kwargs"].items()}
+            args = [_argument(a, read) for a in case["args"]]
+            kwargs = {k: _argument(a, read) for k, a in case["kwargs"].items()}
             result = function(*args, **kwargs)
             if spec.get("output") == "data":
                 text = json.dumps(to_data(result))

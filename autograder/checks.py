@@ -10,6 +10,7 @@ from __future__ import annotations
 import io
 import json
 import math
+import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -17,7 +18,7 @@ from typing import Any, Callable
 import numpy as np
 
 from autograder.capture import from_data, to_data
-from autograder.compare import compare_arrays, compare_data
+from autograder.compare import compare_arrays, compare_data, returned_value_name
 
 MAX_OUTPUT_BYTES = 64 * 2**20  # one captured array; larger files are rejected unread
 MAX_DATA_BYTES = 4 * 2**20  # one captured plain-data result (JSON)
@@ -33,10 +34,26 @@ class CallableArg:
     arrays: dict[str, np.ndarray] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class RngArg:
+    """A random generator handed to the student's function (``mlm_mask(..., rng=...)``):
+    ``np.random.default_rng(seed)``, made afresh in the sandbox, and for the reference. Two cases with the same
+    seed must then give the same result, whatever the student's code does with NumPy's global state."""
+
+    seed: int
+
+    def generator(self) -> np.random.Generator:
+        return np.random.default_rng(self.seed)
+
+
 @dataclass
 class Case:
+    """One call of the student's function: ``args`` and ``kwargs``, and ``note``, a one-line description of what
+    the case checks (shown in the feedback, as the visible tests show theirs)."""
+
     args: tuple
     kwargs: dict[str, Any] = field(default_factory=dict)
+    note: str = ""
 
     def describe(self, function: str) -> str:
         def show(a):
@@ -44,6 +61,8 @@ class Case:
                 return f"array{a.shape}" if a.dtype != bool else f"bool array{a.shape}"
             if isinstance(a, CallableArg):
                 return f"<{a.name} function>"
+            if isinstance(a, RngArg):
+                return f"np.random.default_rng({a.seed})"
             return repr(a)
 
         parts = [show(a) for a in self.args] + [f"{k}={show(v)}" for k, v in self.kwargs.items()]
@@ -74,6 +93,8 @@ class Check:
     output: str = "arrays"  # or "data"
     depends_on: tuple[str, ...] = ()  # the student's other functions this one calls (named when they fail)
     verdict: Callable[[list[Case], list[tuple]], str | None] | None = None  # judges all outputs together
+    dtype: str | None = None  # a stated contract ("float64"): a float answer of another dtype fails, by name
+    returns: tuple[str, ...] = ()  # the names of the returned values, for messages: ("n_noise", "n_spans")
 
 
 @dataclass
@@ -92,6 +113,8 @@ def expected_results(check: Check, cases: list[Case], trusted_callables: dict) -
     """The reference's answer for every case, computed in the trusted process before the student's code runs
     (a callable argument is handed to the reference as its trusted version)."""
     def trusted(value):
+        if isinstance(value, RngArg):
+            return value.generator()
         return trusted_callables[value.name](value.arrays) if isinstance(value, CallableArg) else value
 
     return [check.reference(*map(trusted, case.args), **{k: trusted(v) for k, v in case.kwargs.items()})
@@ -118,6 +141,8 @@ def write_inputs(check_id: str, check: Check, cases: list[Case], expected: list,
                 np.save(folder / f"{name}_{key}.npy", np.asarray(array), allow_pickle=False)
                 files[key] = f"{name}_{key}.npy"
             return {"callable": value.name, "arrays": files}
+        if isinstance(value, RngArg):
+            return {"rng": value.seed}
         if _has_tuple_or_dict(value):
             return {"data": to_data(value)}  # JSON alone would turn tuples into lists and lose tuple keys
         return {"value": value}
@@ -137,7 +162,7 @@ def write_inputs(check_id: str, check: Check, cases: list[Case], expected: list,
     (folder / "spec.json").write_text(json.dumps(spec))
 
 
-_NPY_DTYPES = {np.dtype(np.float64), np.dtype(np.int64), np.dtype(np.bool_)}  # what capture.py writes
+_NPY_DTYPES = {np.dtype(np.float64), np.dtype(np.float32), np.dtype(np.int64), np.dtype(np.bool_)}  # capture.py's
 
 
 def parse_npy(data: bytes) -> np.ndarray | None:
@@ -163,6 +188,16 @@ def parse_npy(data: bytes) -> np.ndarray | None:
         return None
     array = np.frombuffer(payload, dtype=dtype, count=count).reshape(shape, order="F" if fortran_order else "C")
     return array.copy()  # writable, and independent of the file's bytes
+
+
+def pack_inputs(root: Path) -> bytes:
+    """Every check's input folder under ``root`` as one uncompressed zip (``<check>/<file>``): what the runner's
+    supervisor reads on its standard input and hands out one test cell at a time."""
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_STORED) as archive:
+        for path in sorted(p for p in root.rglob("*") if p.is_file()):
+            archive.write(path, path.relative_to(root).as_posix())
+    return buffer.getvalue()
 
 
 def decode_data(raw: bytes | None):
@@ -191,13 +226,22 @@ def captured_files(check: Check, check_id: str, expected_all: list) -> dict[str,
     return files
 
 
+def _dtype_problem(check: Check, got: np.ndarray, what: str) -> str | None:
+    """The message when ``check`` states a float dtype and a float array of another dtype came back."""
+    if check.dtype and got.dtype.kind == "f" and got.dtype != np.dtype(check.dtype):
+        return (f"{what}: returned dtype {got.dtype}; this problem set's contract is {check.dtype} (its rounding, "
+                "about 1e-7 of each value, exceeds the tolerance near zero): compute in float64")
+    return None
+
+
 def judge(check: Check, check_id: str, cases: list[Case], expected_all: list, files: dict[str, bytes]) -> CheckResult:
     """Compare every case's captured output (``files``, by the names of :func:`captured_files`) with the
     reference's answers ``expected_all``; the first failing case explains the verdict."""
     folder = f"{OUTPUTS}/{check_id}"
     returned = []  # every case's values, for a verdict
     for i, (case, expected) in enumerate(zip(cases, expected_all)):
-        label = f"hidden case {i + 1} of {len(cases)}, {case.describe(check.function)}"
+        about = f" ({case.note})" if case.note else ""
+        label = f"hidden case {i + 1} of {len(cases)}{about}, {case.describe(check.function)}"
         error = files.get(f"{folder}/case{i}.error.txt")
         if error is not None:
             return CheckResult(False, f"{label} raised {error.decode('utf-8', 'replace').strip()}")
@@ -205,7 +249,7 @@ def judge(check: Check, check_id: str, cases: list[Case], expected_all: list, fi
             found, got = decode_data(files.get(f"{folder}/case{i}_out.json"))
             if not found:
                 return CheckResult(False, f"{label}: the grader received no result (did the notebook stop before this test?)")
-            problem = compare_data(got, expected, label, check.rtol, check.atol)
+            problem = compare_data(got, expected, label, check.rtol, check.atol, check.returns)
             if problem:
                 return CheckResult(False, problem)
             continue
@@ -217,8 +261,9 @@ def judge(check: Check, check_id: str, cases: list[Case], expected_all: list, fi
             if got is None:
                 what = "no result" if j == 0 else f"only {j} value(s), expected {len(expected)}"
                 return CheckResult(False, f"{label}: the grader received {what} (did the notebook stop before this test?)")
-            part = f"{label}, returned value {j + 1}" if len(expected) > 1 else label
-            problem = None if check.verdict else compare_arrays(got, np.asarray(exp), part, check.rtol, check.atol)
+            part = f"{label}, {returned_value_name(j, len(expected), check.returns)}" if len(expected) > 1 else label
+            problem = _dtype_problem(check, got, part) or (
+                None if check.verdict else compare_arrays(got, np.asarray(exp), part, check.rtol, check.atol))
             if problem:
                 return CheckResult(False, problem)
             values.append(got)

@@ -14,6 +14,15 @@ import math
 import numpy as np
 
 
+def returned_value_name(index: int, count: int, names: tuple[str, ...] = ()) -> str:
+    """How a message names the ``index``-th (0-based) of ``count`` returned values, with its name when known:
+    ``returned_value_name(0, 2, ("n_noise", "n_spans")) == "the 1st of 2 returned values (n_noise)"``; never a
+    bare number, which reads as a value."""
+    ordinal = {1: "1st", 2: "2nd", 3: "3rd"}.get(index + 1, f"{index + 1}th")
+    name = f" ({names[index]})" if index < len(names) else ""
+    return f"the {ordinal} of {count} returned values{name}"
+
+
 def compare_arrays(actual: np.ndarray, expected: np.ndarray, what: str, rtol: float, atol: float) -> str | None:
     """``None`` when ``|actual - expected| <= atol + rtol * |expected|`` everywhere (infinities must match
     exactly, NaN never matches), else a message explaining the first problem."""
@@ -28,6 +37,7 @@ def compare_arrays(actual: np.ndarray, expected: np.ndarray, what: str, rtol: fl
             idx = tuple(int(i) for i in wrong[0])
             return f"{what}: {len(wrong)} of {actual.size} entries are wrong, the first at index {idx}"
         return None
+    narrow = f" (the result has dtype {actual.dtype})" if actual.dtype.kind == "f" and actual.dtype.itemsize < 8 else ""
     actual, expected = actual.astype(np.float64), expected.astype(np.float64)
     if np.isnan(actual).any():
         idx = tuple(int(i) for i in np.argwhere(np.isnan(actual))[0])
@@ -48,7 +58,7 @@ def compare_arrays(actual: np.ndarray, expected: np.ndarray, what: str, rtol: fl
         worst = np.unravel_index(np.argmax(np.where(bad, err - tol, -np.inf)), err.shape)
         worst = tuple(int(i) for i in worst)
         return (f"{what}: {int(bad.sum())} of {err.size} entries differ; the largest error is {err[worst]:.3g} "
-                f"at index {worst}")
+                f"at index {worst}{narrow}")
     return None
 
 
@@ -108,7 +118,7 @@ def _data_difference(actual, expected, rtol: float, atol: float, where: list[str
     return None if actual == expected else f"{at}got {_short(actual)}, which is wrong"
 
 
-def compare_data(actual, expected, what: str, rtol: float, atol: float) -> str | None:
+def compare_data(actual, expected, what: str, rtol: float, atol: float, names: tuple[str, ...] = ()) -> str | None:
     """``None`` when ``actual`` equals ``expected`` as plain data (strings, bools, None exactly; numbers within
     ``atol + rtol * |expected|``, NaN never; lists and tuples interchangeable; dicts by key, in any order), else
     a message naming the first difference without showing the expected value, e.g.
@@ -116,7 +126,7 @@ def compare_data(actual, expected, what: str, rtol: float, atol: float) -> str |
     try:
         if isinstance(expected, tuple) and len(expected) > 1 and isinstance(actual, (list, tuple)) and len(actual) == len(expected):
             for j, (a, e) in enumerate(zip(actual, expected)):  # several returned values: name which one is wrong
-                problem = _data_difference(a, e, rtol, atol, [f"returned value {j + 1}"])
+                problem = _data_difference(a, e, rtol, atol, [returned_value_name(j, len(expected), names)])
                 if problem:
                     return f"{what}: {problem}"
             return None

@@ -42,7 +42,7 @@ import nbformat
 import numpy as np
 
 from autograder import assignments
-from autograder.checks import CheckResult, captured_files, expected_results, judge, write_inputs
+from autograder.checks import CheckResult, captured_files, expected_results, judge, pack_inputs, write_inputs
 from autograder.intake import MAX_SIBLING_BYTES, Loaded, Submission, load
 from autograder.notebooks import InvalidNotebook, Prepared, Template, parse_notebook, prepare
 from autograder.sandbox import Limits, SandboxResult, read_result_file, run_sandboxed, work_folder
@@ -289,12 +289,11 @@ def _phase1(assignment: str, student: str, loaded: Loaded, options: Options) -> 
         nbformat.write(prepared.notebook, workdir / NOTEBOOK_IN_SANDBOX)
         for gid, check in checks.items():
             write_inputs(gid, check, cases[gid], expected[gid], inputs)
-        run = run_sandboxed(
+        run = run_sandboxed(  # the hidden inputs go to the runner's supervisor only (see runner.py)
             [sys.executable, "/grader/runner.py", f"/submission/{NOTEBOOK_IN_SANDBOX}"],
             workdir, limits,
-            ro_binds={PACKAGE / "runner.py": "/grader/runner.py", PACKAGE / "capture.py": "/grader/capture.py",
-                      inputs: "/grader/inputs"},
-            unsafe_no_sandbox=options.unsafe_no_sandbox,
+            ro_binds={PACKAGE / "runner.py": "/grader/runner.py", PACKAGE / "capture.py": "/grader/capture.py"},
+            stdin_data=pack_inputs(inputs), unsafe_no_sandbox=options.unsafe_no_sandbox,
         )
         names = {name: limit for gid, check in checks.items()
                  for name, limit in captured_files(check, gid, expected[gid]).items()}

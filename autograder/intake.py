@@ -23,10 +23,10 @@ import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from autograder.notebooks import InvalidNotebook
+from autograder.notebooks import MAX_NOTEBOOK_BYTES, InvalidNotebook, without_outputs
 from autograder.sandbox import read_result_file
 
-MAX_ZIP_BYTES = 50 * 2**20  # a submitted zip, and the notebook inside it
+MAX_ZIP_BYTES = 50 * 2**20  # a submitted zip, and the notebook file (outputs are then removed: see load)
 MAX_SIBLING_BYTES = 10 * 2**20  # files beside the notebook (helpers, data) brought along, in total
 MAX_SIBLING_FILES = 50
 CANVAS_NAME = re.compile(r"^(?P<name>[^_/]+?)(?:_late)?_(?P<user>\d+)_(?P<submission>\d+)_(?P<file>.+?)(?:-(?P<copy>\d+))?(?P<ext>\.ipynb)$",
@@ -98,7 +98,7 @@ def find_submissions(folder: Path, notebook: str, exclude: Path | None = None) -
         elif entry.is_file(follow_symlinks=False) and (match := CANVAS_NAME.match(name)):
             order = (int(match["submission"]), int(match["copy"] or 0))
             canvas.setdefault(match["name"], []).append((order, name, path))
-        elif entry.is_file(follow_symlinks=False) and name.endswith(".ipynb"):
+        elif entry.is_file(follow_symlinks=False) and _is_notebook_name(name):
             warnings.append(f"{name}: ignored, a notebook outside any student folder whose name is not "
                             "Canvas's <name>_<userid>_<submissionid>_<file>.ipynb")
         else:
@@ -115,6 +115,17 @@ def find_submissions(folder: Path, notebook: str, exclude: Path | None = None) -
     return found, warnings
 
 
+def _is_notebook_name(name: str) -> bool:
+    return name.lower().endswith(".ipynb")
+
+
+def _usable_file_name(name: str) -> bool:
+    """Whether a file submitted beside the notebook can be written under its own name on Linux: at most
+    NAME_MAX (255) bytes, no NUL, not ``.`` or ``..``. A zip can hold names that no file system takes."""
+    encoded = os.fsencode(name)
+    return 0 < len(encoded) <= 255 and b"\0" not in encoded and name not in (".", "..")
+
+
 class _SizeLimitExceeded(InvalidNotebook):
     pass
 
@@ -127,9 +138,9 @@ def _read_bounded(handle, limit: int, what: str) -> bytes:
 
 
 def _pick(names: list[str], notebook: str) -> tuple[str | None, list[str]]:
-    """The notebook to grade among the paths ``names``: the one with the expected file name, else the only
-    notebook there is (with a note), else None."""
-    exact = [n for n in names if n.rsplit("/", 1)[-1] == notebook]
+    """The notebook to grade among the paths ``names``: the one with the expected file name (in any case, as
+    Canvas matches names), else the only notebook there is (with a note), else None."""
+    exact = [n for n in names if n.rsplit("/", 1)[-1].casefold() == notebook.casefold()]
     if exact:
         return exact[0], []
     if len(names) == 1:
@@ -147,7 +158,7 @@ def _read_from_zip(path: Path, notebook: str) -> Loaded:
         with zipfile.ZipFile(path) as zf:
             infos = [i for i in zf.infolist() if not i.is_dir() and "__MACOSX" not in i.filename
                      and ".ipynb_checkpoints" not in i.filename]
-            candidates = [i.filename for i in infos if i.filename.endswith(".ipynb")]
+            candidates = [i.filename for i in infos if _is_notebook_name(i.filename)]
             chosen, notes = _pick(candidates, notebook)
             if chosen is None:
                 return Loaded(status="missing", detail=_missing(notebook, candidates))
@@ -164,6 +175,10 @@ def _read_from_zip(path: Path, notebook: str) -> Loaded:
             for other in infos:
                 other_folder = other.filename.rsplit("/", 1)[0] if "/" in other.filename else ""
                 if other is info or other_folder != folder or other.flag_bits & 0x1 or len(siblings) >= MAX_SIBLING_FILES:
+                    continue
+                if not _usable_file_name(other.filename.rsplit("/", 1)[-1]):
+                    notes.append(f"a file beside the notebook was left out: its name cannot be a file name "
+                                 f"here ({other.filename[:60]!r}...)")
                     continue
                 try:
                     with zf.open(other) as f:
@@ -182,7 +197,7 @@ def _read_from_folder(path: Path, notebook: str) -> Loaded:
     candidates = []
     for dirpath, dirnames, filenames in os.walk(path, followlinks=False):
         dirnames[:] = sorted(d for d in dirnames if d != ".ipynb_checkpoints")
-        candidates += [Path(dirpath) / f for f in sorted(filenames) if f.endswith(".ipynb")]
+        candidates += [Path(dirpath) / f for f in sorted(filenames) if _is_notebook_name(f)]
     links = [c for c in candidates if c.is_symlink()]
     real = [str(c.relative_to(path)) for c in candidates if not c.is_symlink()]
     chosen, notes = _pick(real, notebook)
@@ -218,11 +233,17 @@ def _missing(notebook: str, found: list[str]) -> str:
 
 
 def load(submission: Submission, notebook: str) -> Loaded:
-    """Read one submission in the instructor's process (workers, local or on a cluster, get bytes)."""
+    """Read one submission in the instructor's process (workers, local or on a cluster, get bytes). A notebook
+    file over ``MAX_NOTEBOOK_BYTES`` (and up to ``MAX_ZIP_BYTES``) loses its saved outputs, with a note."""
     if submission.problem:
         return Loaded(status="invalid-notebook", detail=submission.problem)
     reader = {"zip": _read_from_zip, "folder": _read_from_folder, "file": _read_canvas_file}[submission.kind]
     try:
-        return reader(submission.path, notebook)
+        loaded = reader(submission.path, notebook)
     except InvalidNotebook as err:
         return Loaded(status="invalid-notebook", detail=str(err))
+    if loaded.notebook is not None and len(loaded.notebook) > MAX_NOTEBOOK_BYTES:
+        loaded.notebook, note = without_outputs(loaded.notebook)
+        if note:
+            loaded.notes.append(note)
+    return loaded

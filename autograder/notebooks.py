@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 import nbformat
 from nbformat.v4 import new_code_cell, new_notebook
 
-MAX_NOTEBOOK_BYTES = 20 * 2**20
+MAX_NOTEBOOK_BYTES = 20 * 2**20  # after its outputs are removed (the file itself may have up to intake.MAX_ZIP_BYTES)
 
 
 class InvalidNotebook(ValueError):
@@ -61,7 +61,8 @@ def parse_notebook(data: bytes) -> nbformat.NotebookNode:
     """Bytes of a submitted ``.ipynb`` (nbformat 4, or 3, which is upgraded) -> a validated nbformat-4
     notebook, or ``InvalidNotebook``."""
     if len(data) > MAX_NOTEBOOK_BYTES:
-        raise InvalidNotebook(f"the notebook is {len(data) / 2**20:.0f} MB; the limit is {MAX_NOTEBOOK_BYTES // 2**20} MB")
+        raise InvalidNotebook(f"the notebook is {len(data) / 2**20:.0f} MB without its outputs; the limit is "
+                              f"{MAX_NOTEBOOK_BYTES // 2**20} MB")
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as err:
@@ -80,6 +81,28 @@ def parse_notebook(data: bytes) -> nbformat.NotebookNode:
         first_line = (str(err).splitlines() or [type(err).__name__])[0]
         raise InvalidNotebook(f"the notebook does not follow the Jupyter format: {first_line[:200]}") from None
     return nb
+
+
+def without_outputs(data: bytes) -> tuple[bytes, str]:
+    """A notebook's bytes with every cell's saved outputs and attachments removed (the grader never reads
+    them), and a note saying how much that saved; the bytes unchanged, and no note, when they are not a JSON
+    notebook (``parse_notebook`` then says why). A figure saved in a notebook can make it tens of MB."""
+    try:
+        raw = json.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError):
+        return data, ""
+    if not isinstance(raw, dict):
+        return data, ""
+    sheets = raw.get("worksheets") if isinstance(raw.get("worksheets"), list) else [raw]  # nbformat 3 or 4
+    for sheet in sheets:
+        for cell in (sheet.get("cells") if isinstance(sheet, dict) and isinstance(sheet.get("cells"), list) else []):
+            if isinstance(cell, dict):
+                if "outputs" in cell:
+                    cell["outputs"] = []
+                cell.pop("attachments", None)
+    stripped = json.dumps(raw).encode()
+    return stripped, (f"the notebook was {len(data) / 2**20:.0f} MB with its saved outputs, which were removed "
+                      f"before grading ({len(stripped) / 2**20:.1f} MB without them)")
 
 
 @dataclass
@@ -136,17 +159,42 @@ def _identify(submission: nbformat.NotebookNode, template: Template) -> list[str
 
 def _originals(submission: nbformat.NotebookNode, ids: list[str | None], template: Template) -> dict[str, int]:
     """For each grade_id, the index of the cell that counts when it appears more than once (a pasted copy of a
-    test cell keeps its metadata, but not its cell id): the copy that kept the release cell's id, else the first."""
-    release_ids = {c.metadata.get("nbgrader", {}).get("grade_id"): c.get("id") for c in template.cells}
-    chosen: dict[str, int] = {}
-    chosen_keeps_id: dict[str, bool] = {}
+    test cell keeps its metadata, but not its cell id): the copy that kept the release cell's id; else (an
+    editor that drops ids) the first copy after the cell that the release puts before it, so that a copy
+    pasted above its function is not the one that runs; else the first."""
+    release_order = [c.metadata.get("nbgrader", {}).get("grade_id") for c in template.cells]
+    release_ids = dict(zip(release_order, (c.get("id") for c in template.cells)))
+    where: dict[str, list[int]] = {}
     for index, gid in enumerate(ids):
-        if gid is None:
-            continue
-        keeps_id = release_ids.get(gid) is not None and submission.cells[index].get("id") == release_ids[gid]
-        if gid not in chosen or (keeps_id and not chosen_keeps_id[gid]):
-            chosen[gid], chosen_keeps_id[gid] = index, keeps_id
+        if gid is not None:
+            where.setdefault(gid, []).append(index)
+    chosen: dict[str, int] = {}
+    for gid, indices in where.items():
+        keepers = [i for i in indices if release_ids.get(gid) is not None
+                   and submission.cells[i].get("id") == release_ids[gid]]
+        position = release_order.index(gid) if gid in release_order else 0
+        anchor = next((g for g in reversed(release_order[:position]) if g in where and g != gid), None)
+        after = [i for i in indices if anchor is not None and i > where[anchor][0]]
+        chosen[gid] = (keepers or after or indices)[0]
     return chosen
+
+
+def _answer_block(ids: list[str | None], original: int) -> range:
+    """The adjacent cells with the same grade_id as ``ids[original]``: a written answer that JupyterLab split
+    into several cells (each keeps the metadata) is one answer, not an answer and its copies."""
+    start, stop = original, original + 1
+    while start > 0 and ids[start - 1] == ids[original]:
+        start -= 1
+    while stop < len(ids) and ids[stop] == ids[original]:
+        stop += 1
+    return range(start, stop)
+
+
+def capture_cell(grade_id: str) -> nbformat.NotebookNode:
+    """The prepared cell that stands for a test cell: the runner sees ``{"grader": {"capture": grade_id}}`` and
+    hands that check's hidden inputs to ``capture.capture`` (its source is only a label; it is not run)."""
+    return new_code_cell(f"# the grader captures the results of {grade_id!r} here",
+                         metadata={"grader": {"capture": grade_id}})
 
 
 def prepare(submission: nbformat.NotebookNode, template: Template) -> Prepared:
@@ -168,7 +216,7 @@ def prepare(submission: nbformat.NotebookNode, template: Template) -> Prepared:
     for index, (cell, gid) in enumerate(zip(submission.cells, ids)):
         where = f"your cell {index + 1}"
         if gid in manual:
-            if originals[gid] == index or not cell.metadata.get("nbgrader"):
+            if index in _answer_block(ids, originals[gid]) or not cell.metadata.get("nbgrader"):
                 answer_parts.setdefault(gid, []).append(cell.source)
             else:
                 prepared.notes.append(f"a copy of the answer cell {gid!r} ({where}) was ignored")
@@ -185,7 +233,7 @@ def prepare(submission: nbformat.NotebookNode, template: Template) -> Prepared:
             if _norm(cell.source) != _norm(original.source) or cell.cell_type != original.cell_type:
                 prepared.tampering.append(f"read-only cell {gid!r} was edited (restored)")
             if gid in auto_ids:
-                cells.append(new_code_cell(f'__import__("capture").capture({gid!r})'))
+                cells.append(capture_cell(gid))
                 prepared.origins.append(f"test cell {gid!r} ({where})")
             elif original.cell_type == "code":
                 cells.append(new_code_cell(original.source))
@@ -198,7 +246,7 @@ def prepare(submission: nbformat.NotebookNode, template: Template) -> Prepared:
         if gid not in originals:
             prepared.tampering.append(f"read-only cell {gid!r} was deleted (restored)")
             if gid in auto_ids:
-                cells.append(new_code_cell(f'__import__("capture").capture({gid!r})'))
+                cells.append(capture_cell(gid))
                 prepared.origins.append(f"test cell {gid!r} (deleted; run at the end)")
             elif original.cell_type == "code":  # set-up code (imports, helpers): restore it before everything
                 cells.insert(1, new_code_cell(original.source))

@@ -1,31 +1,48 @@
-"""Phase 1 of grading, inside the sandbox: execute the prepared notebook's code cells, one by one, in-process.
+"""Phase 1 of grading, inside the sandbox: execute the prepared notebook's code cells, one by one.
 
 Copied read-only into every sandbox as ``/grader/runner.py`` and started there as
-``python /grader/runner.py NOTEBOOK``. The cells run in an IPython shell in this process, the way a Jupyter
-kernel runs them (magics, ``get_ipython()``, displays; the notebook's folder is the working directory and is on
-``sys.path``), without the cost of starting a kernel and talking to it over ZMQ.
+``python /grader/runner.py NOTEBOOK``, with the hidden inputs of every test cell on standard input (a zip of
+``<check>/spec.json`` and its arrays, written by ``checks.pack_inputs``; nothing when there are none). Two
+processes, so that the notebook's code cannot write what the grader trusts:
 
-Progress goes two ways, both advisory (the sandbox, not this process, decides how a run ended):
+* the **supervisor** (this process, as started) reads the notebook and its standard input to the end, makes
+  itself non-dumpable (``PR_SET_DUMPABLE`` 0: a process of the same uid can then neither ptrace it nor open its
+  ``/proc/<pid>/fd``, ``mem`` or ``environ``) and starts the kernel. It alone holds the heartbeat pipe (its
+  number in ``GRADER_HEARTBEAT_FD``; not inherited by the kernel). It hands the kernel one cell at a time,
+  writes ``cell <index>`` to the heartbeat before each, and ``done`` only after the kernel answered for the
+  last cell and ended. The trusted grader kills the run when no line arrives for the cell timeout
+  (``Limits.idle_seconds``), so the wall clock of every cell is measured by code the notebook cannot reach.
+* the **kernel** (``runner.py --kernel``) runs each cell in an IPython shell, the way a Jupyter kernel does
+  (magics, ``get_ipython()``, displays; the notebook's folder is the working directory and is on
+  ``sys.path``). A test cell (a prepared cell whose metadata names a check, ``{"grader": {"capture": id}}``)
+  is not run as code: the supervisor sends that check's hidden inputs with it, and only then, and the
+  kernel calls ``capture.capture`` on them. The notebook's code never sees the inputs of a later test cell,
+  nor any file of them.
 
-* the heartbeat: one line per cell start (``cell <index>``) and ``done`` at the end, written to the pipe
-  whose number is in ``GRADER_HEARTBEAT_FD``. The trusted grader kills the run when no line arrives for the
-  cell timeout (``Limits.idle_seconds``), so a cell that ignores signals or holds the interpreter lock is
-  stopped all the same;
-* ``.grader-run.json`` beside the notebook, rewritten in place after every cell (its space is reserved
-  first, so a notebook that fills its disk does not stop it), so that whatever kills the run, the cells
-  before it are recorded: each executed cell's index and status (``ok``; ``error`` with the exception name
-  and message), and ``"kernel"``: ``running`` until the last cell is done, then ``finished``.
+What a notebook can still do by answering for the kernel itself (it shares the kernel's process) is hurry the
+supervisor on: later cells then come sooner, never more time in all than the cells' limits added up, and
+never past the notebook's limit. A kernel that dies (``os._exit``, a signal) or answers nonsense ends the run
+without ``done``; the supervisor exits with the kernel's status, or dies of its signal.
 
-A submission that kills this process (``os._exit``, a segfault) leaves the record at ``running``.
+``.grader-run.json`` beside the notebook (written by the supervisor, but inside the submission's folder, so
+advisory only) records each executed cell's index and status (``ok``; ``error`` with the exception's name and
+message) and ``"kernel"``: ``running`` until the last cell is done, then ``finished``. Its space is reserved
+first, so a notebook that fills its disk does not stop it.
 """
 
 import argparse
+import io
 import json
 import os
+import signal
+import struct
+import subprocess
 import sys
-
+import zipfile
 
 RECORD_RESERVE = 256 * 1024  # bytes of disk set aside for the record before any cell runs
+MAX_REPLY_BYTES = 2**20  # one answer of the kernel
+KERNEL_EXIT_SECONDS = 2.0  # how long the kernel may take to flush its output and exit after the last cell
 
 
 def open_record(path):
@@ -54,48 +71,212 @@ def heartbeat(fd, line):
         return
     try:
         os.write(fd, f"{line}\n".encode())
-    except OSError:  # the notebook may have closed the pipe; only its own run suffers
+    except OSError:
         pass
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("notebook")
-    args = parser.parse_args()
-    with open(args.notebook, encoding="utf-8") as f:
-        sources = [c["source"] for c in json.load(f)["cells"] if c["cell_type"] == "code"]
-    sources = ["".join(s) if isinstance(s, list) else s for s in sources]
+# -- Messages between supervisor and kernel: an 8-byte length, a JSON header, then the payload's files ----------
 
+def _read_exactly(fd, count):
+    chunks, left = [], count
+    while left:
+        chunk = os.read(fd, min(left, 2**20))
+        if not chunk:
+            return None
+        chunks.append(chunk)
+        left -= len(chunk)
+    return b"".join(chunks)
+
+
+def send(fd, header, files=None):
+    """Write one message: ``header`` (a dict) and ``files`` ({name: bytes}, sent after it in order)."""
+    files = files or {}
+    header = dict(header, files=[[name, len(data)] for name, data in files.items()])
+    raw = json.dumps(header).encode()
+    os.write(fd, struct.pack("<Q", len(raw)) + raw)
+    for data in files.values():
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+
+
+def receive(fd, limit=None):
+    """One message from ``fd`` as ``(header, files)``; ``(None, {})`` at the end of the pipe, or when the
+    message is malformed or longer than ``limit`` bytes."""
+    size = _read_exactly(fd, 8)
+    if size is None:
+        return None, {}
+    length = struct.unpack("<Q", size)[0]
+    if limit is not None and length > limit:
+        return None, {}
+    raw = _read_exactly(fd, length)
+    try:
+        header = json.loads(raw.decode("utf-8")) if raw is not None else None
+    except (ValueError, RecursionError):
+        header = None
+    if not isinstance(header, dict):
+        return None, {}
+    files = {}
+    for name, count in header.get("files", []):
+        data = _read_exactly(fd, count)
+        if data is None:
+            return None, {}
+        files[name] = data
+    return header, files
+
+
+# -- The supervisor ----------------------------------------------------------------------------------------------
+
+def _read_cells(notebook):
+    """``(source, check id or None)`` for every code cell of the prepared notebook."""
+    with open(notebook, encoding="utf-8") as f:
+        cells = [c for c in json.load(f)["cells"] if c["cell_type"] == "code"]
+    return [("".join(c["source"]) if isinstance(c["source"], list) else c["source"],
+             c.get("metadata", {}).get("grader", {}).get("capture")) for c in cells]
+
+
+def _hidden_inputs(stream):
+    """``{check id: {file name: bytes}}`` from the zip on ``stream`` (read to its end); ``{}`` when empty."""
+    data = stream.read()
+    if not data:
+        return {}
+    inputs = {}
+    with zipfile.ZipFile(io.BytesIO(data)) as archive:
+        for name in archive.namelist():
+            check, _, file = name.partition("/")
+            inputs.setdefault(check, {})[file] = archive.read(name)
+    return inputs
+
+
+def _no_dumping():
+    """Make this process non-dumpable (Linux prctl PR_SET_DUMPABLE = 4, value 0)."""
+    import ctypes
+
+    if ctypes.CDLL(None, use_errno=True).prctl(4, 0, 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_DUMPABLE, 0) failed")
+
+
+def _cell_entry(index, reply):
+    """The record's entry for a cell from the kernel's answer (plain fields, truncated)."""
+    if reply.get("status") == "error":
+        return {"index": index, "status": "error", "ename": str(reply.get("ename", ""))[:200],
+                "evalue": str(reply.get("evalue", ""))[:1000]}
+    return {"index": index, "status": "ok"}
+
+
+def supervise(notebook):
+    cells = _read_cells(notebook)
+    inputs = _hidden_inputs(sys.stdin.buffer)
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)  # the pipe the inputs came on is empty now; nothing of them stays open
+    os.close(null)
+    beat_fd = int(os.environ.pop("GRADER_HEARTBEAT_FD")) if "GRADER_HEARTBEAT_FD" in os.environ else None
+    _no_dumping()
+
+    folder = os.path.dirname(os.path.abspath(notebook))
+    record = open_record(os.path.join(folder, ".grader-run.json"))
+    command_read, command_write = os.pipe()
+    reply_read, reply_write = os.pipe()
+    kernel = subprocess.Popen(
+        [sys.executable, os.path.abspath(__file__), "--kernel", str(command_read), str(reply_write), notebook],
+        stdin=subprocess.DEVNULL, pass_fds=(command_read, reply_write), close_fds=True)
+    os.close(command_read)
+    os.close(reply_write)
+
+    executed = []
+    write_record(record, executed, "running")
+    finished = True
+    for index, (source, check) in enumerate(cells):
+        heartbeat(beat_fd, f"cell {index}")
+        try:
+            if check:
+                send(command_write, {"capture": check}, inputs.pop(check, {}))
+            else:
+                send(command_write, {"run": source})
+        except OSError:  # the kernel is gone
+            finished = False
+            break
+        reply, _ = receive(reply_read, MAX_REPLY_BYTES)
+        if reply is None:
+            finished = False
+            break
+        executed.append(_cell_entry(index, reply))
+        write_record(record, executed, "running")
+    if finished:
+        try:
+            send(command_write, {"exit": True})
+            kernel.wait(timeout=KERNEL_EXIT_SECONDS)
+        except (OSError, subprocess.TimeoutExpired):
+            pass
+    if kernel.poll() is None:
+        kernel.kill()
+    status = kernel.wait()
+    if not finished:  # end the way the kernel ended, without "done"
+        if status < 0:
+            if -status not in (signal.SIGKILL, signal.SIGSTOP):
+                signal.signal(-status, signal.SIG_DFL)
+            os.kill(os.getpid(), -status)
+        os._exit(status if status > 0 else 1)
+    write_record(record, executed, "finished")
+    heartbeat(beat_fd, "done")
+    os._exit(0)
+
+
+# -- The kernel ----------------------------------------------------------------------------------------------
+
+def _load_capture():
+    import importlib.util
+
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "capture.py")
+    spec = importlib.util.spec_from_file_location("capture", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def run_kernel(command_fd, reply_fd, notebook):
     # As in a kernel started for this notebook: files it writes (%%writefile helper.py) are importable.
-    folder = os.path.dirname(os.path.abspath(args.notebook))
+    folder = os.path.dirname(os.path.abspath(notebook))
     os.chdir(folder)
     sys.path.insert(0, folder)
-    record = open_record(os.path.join(folder, ".grader-run.json"))
-    beat_fd = int(os.environ["GRADER_HEARTBEAT_FD"]) if "GRADER_HEARTBEAT_FD" in os.environ else None
-
     from IPython.core.interactiveshell import InteractiveShell
 
     shell = InteractiveShell.instance()
-    cells = []
-    write_record(record, cells, "running")
-    for index, source in enumerate(sources):
-        heartbeat(beat_fd, f"cell {index}")
-        result = shell.run_cell(source, store_history=True)
-        error = result.error_before_exec or result.error_in_exec
-        if error is None:
-            cells.append({"index": index, "status": "ok"})
+    capture = None
+    while True:
+        message, files = receive(command_fd)
+        if message is None or "exit" in message:
+            break
+        reply = {"status": "ok"}
+        if "capture" in message:
+            try:
+                capture = capture or _load_capture()
+                capture.capture(str(message["capture"]), namespace=shell.user_ns, inputs=files)
+            except Exception as err:  # noqa: BLE001 - the notebook may have broken what capture needs
+                reply = {"status": "error", "ename": type(err).__name__, "evalue": str(err)}
         else:
-            cells.append({"index": index, "status": "error", "ename": type(error).__name__[:200],
-                          "evalue": str(error)[:1000]})
-        write_record(record, cells, "running")
-    write_record(record, cells, "finished")
+            result = shell.run_cell(message["run"], store_history=True)
+            error = result.error_before_exec or result.error_in_exec
+            if error is not None:
+                reply = {"status": "error", "ename": type(error).__name__, "evalue": str(error)[:1000]}
+        send(reply_fd, reply)
     for stream in (sys.stdout, sys.stderr):  # os._exit below would drop what they still buffer
         try:
             stream.flush()
         except Exception:  # the notebook may have replaced or closed them
             pass
-    heartbeat(beat_fd, "done")
     os._exit(0)  # skip interpreter teardown: nothing a submission registered (atexit, threads) runs after this
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--kernel", nargs=2, type=int, metavar=("COMMAND_FD", "REPLY_FD"))
+    parser.add_argument("notebook")
+    args = parser.parse_args()
+    if args.kernel:
+        run_kernel(*args.kernel, args.notebook)
+    else:
+        supervise(args.notebook)
 
 
 if __name__ == "__main__":

@@ -983,6 +983,7 @@ def _isolation(limits: Limits, cgroups: _RunCgroups, workdir: Path, identity: st
 def run_sandboxed(argv: list[str], workdir: Path, limits: Limits = Limits(), *,
                   ro_binds: dict[Path, str] | None = None,
                   env: dict[str, str] | None = None,
+                  stdin_data: bytes | None = None,
                   unsafe_no_sandbox: bool = False) -> SandboxResult:
     """Run `argv` in a sandbox with `workdir` read-write at /submission (cwd and HOME); see the module
     docstring for what is isolated and limited.
@@ -990,6 +991,8 @@ def run_sandboxed(argv: list[str], workdir: Path, limits: Limits = Limits(), *,
     ro_binds: extra read-only host files or directories -> absolute path inside the sandbox (not under
         /usr, /etc, /proc, /dev, /tmp or /submission), e.g. {Path("run.py"): "/grader/run.py"}.
     env: added to the sandbox's clean environment.
+    stdin_data: what the command reads on its standard input (a pipe that ends after it; default: nothing).
+        Once read, no copy of it is left in the sandbox (the grader's hidden inputs travel this way).
     unsafe_no_sandbox: run without isolation (cgroups, rlimits and the parent's kills only); argv and env
         values that start with /submission or a ro_binds destination are rewritten to the host paths.
 
@@ -1043,7 +1046,8 @@ def run_sandboxed(argv: list[str], workdir: Path, limits: Limits = Limits(), *,
                 identity, nproc = f"{SANDBOX_UID} in a user namespace", "RLIMIT_NPROC in a user namespace"
         isolation = _isolation(limits, cgroups, workdir, identity, nproc)
         return _run(command, cwd, sandbox_env, limits, cgroups, child_fds, heartbeat_fd,
-                    _rlimits(limits, cgroups, nproc_in_launcher), isolation, sandboxed=not unsafe_no_sandbox)
+                    _rlimits(limits, cgroups, nproc_in_launcher), isolation, sandboxed=not unsafe_no_sandbox,
+                    stdin_data=stdin_data)
     finally:
         for fd in child_fds + ([heartbeat_fd] if heartbeat_fd is not None else []):
             with contextlib.suppress(OSError):
@@ -1055,20 +1059,25 @@ def run_sandboxed(argv: list[str], workdir: Path, limits: Limits = Limits(), *,
 
 def _run(command: list[str], cwd: str, env: dict[str, str], limits: Limits, cgroups: _RunCgroups,
          child_fds: list[int], heartbeat_fd: int | None, rlimits: dict[str, tuple[int, int]],
-         isolation: dict[str, str], sandboxed: bool) -> SandboxResult:
+         isolation: dict[str, str], sandboxed: bool, stdin_data: bytes | None = None) -> SandboxResult:
     executable = shutil.which(command[0], path=env["PATH"]) if "/" not in command[0] else command[0]
     if executable is None:
         raise ValueError(f"{command[0]!r} not found on the sandbox PATH {env['PATH']}")
     status_read, status_write = os.pipe()
     config = {"cgroup_procs": cgroups.procs_files(), "rlimits": rlimits, "status_fd": status_write}
+    stdin_read, feeder = _stdin_feeder(stdin_data)
     start = time.monotonic()
     try:
         proc = subprocess.Popen(
             [sys.executable, "-I", "-S", "-c", _LAUNCHER, json.dumps(config), executable, *command[1:]],
-            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=cwd, env=env,
+            stdin=stdin_read, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=cwd, env=env,
             pass_fds=[status_write, *child_fds], start_new_session=True)
     finally:
         os.close(status_write)
+        if stdin_read != subprocess.DEVNULL:
+            os.close(stdin_read)
+    if feeder is not None:
+        feeder.start()
     readers = [_BoundedCapture(proc.stdout, "stdout", limits.max_captured_output),
                _BoundedCapture(proc.stderr, "stderr", limits.max_captured_output)]
     for reader in readers:
@@ -1120,6 +1129,26 @@ def _run(command: list[str], cwd: str, env: dict[str, str], limits: Limits, cgro
     )
 
 
+def _stdin_feeder(data: bytes | None) -> tuple[int, threading.Thread | None]:
+    """The run's standard input: DEVNULL, or the read end of a pipe and a thread that writes ``data`` into it
+    and closes it (it ends early, quietly, if the run stops reading)."""
+    if data is None:
+        return subprocess.DEVNULL, None
+    read_end, write_end = os.pipe()
+
+    def feed():
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(write_end, view):]
+        except OSError:  # the run ended or closed its standard input
+            pass
+        finally:
+            os.close(write_end)
+
+    return read_end, threading.Thread(target=feed, name="sandbox-stdin", daemon=True)
+
+
 def _kill_process_group(pgid: int) -> None:
     with contextlib.suppress(OSError):
         os.killpg(pgid, signal.SIGKILL)
@@ -1141,11 +1170,17 @@ def work_folder(limits: Limits, parent: Path | None = None, prefix: str = "llmar
     As root it is a tmpfs of `limits.disk_mb` (see the module docstring), so a sandbox whose workdir is
     inside it cannot fill the host's disk; otherwise, or if the mount fails, a plain folder.
     """
+    if (str(parent), prefix) not in _SWEPT:  # once per process
+        _SWEPT.add((str(parent), prefix))
+        sweep_leftovers(parent, prefix)
     path = Path(tempfile.mkdtemp(prefix=prefix, dir=parent)).resolve()
+    held = None
     try:
         mounted = os.geteuid() == 0 and _mount_tmpfs(path, limits.disk_mb)
         if mounted:
             _WORK_FOLDERS[path] = f"tmpfs {limits.disk_mb} MB"
+        held = os.open(path, os.O_RDONLY | os.O_DIRECTORY)  # what the path shows now: see sweep_leftovers
+        fcntl.flock(held, fcntl.LOCK_EX)
         try:
             yield path
         finally:
@@ -1153,7 +1188,64 @@ def work_folder(limits: Limits, parent: Path | None = None, prefix: str = "llmar
                 del _WORK_FOLDERS[path]
                 _unmount(path)
     finally:
+        if held is not None:
+            os.close(held)
         _remove_tree(path)
+
+
+STALE_FOLDER_SECONDS = 60.0  # an unlocked work folder this old belongs to no grader (it locks it at once)
+STALE_CGROUP_SECONDS = 600.0  # an empty run cgroup this old belongs to no run (a live run's is never empty long)
+_SWEPT: set[tuple[str, str]] = set()  # (parent, prefix) already swept by this process
+
+
+def sweep_leftovers(parent: Path | None = None, prefix: str = "llmarch-grade-",
+                    min_age: float = STALE_FOLDER_SECONDS) -> list[str]:
+    """Remove what a grader killed without cleaning up (SIGKILL, a Dask worker that died) left behind (every
+    ``work_folder`` does this once per process): work folders named ``prefix*`` under ``parent`` (default: the temporary directory) that no process
+    holds locked and that are older than ``min_age`` seconds (each live one is ``flock``-ed by its grader,
+    once its tmpfs is mounted, until it is removed; the kernel drops the lock when the process dies, in any pid
+    namespace), unmounting their tmpfs first; and this grader's sibling cgroups
+    ``llmarch-sandbox-*`` that are empty and older than ``STALE_CGROUP_SECONDS``. Returns what was removed.
+    What cannot be removed (a mount or cgroup another namespace holds) is logged and left."""
+    folder = Path(parent or tempfile.gettempdir())
+    removed = []
+    for path in folder.glob(f"{prefix}*"):
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+        except OSError:
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            if time.time() - os.fstat(fd).st_mtime < min_age:
+                raise BlockingIOError  # so new that its grader may not have locked it yet
+        except OSError:  # a live grader holds it
+            os.close(fd)
+            continue
+        try:
+            if os.path.ismount(path):
+                _unmount(path)
+            _remove_tree(path)
+            removed.append(str(path))
+        except OSError as exc:
+            log.warning("cannot remove the stale work folder %s: %s", path, exc)
+        finally:
+            os.close(fd)
+    try:
+        v1_parents, v2_parent = _locate_cgroups(_read_text("/proc/self/mountinfo"), _read_text("/proc/self/cgroup"))
+    except OSError:
+        return removed
+    for cgroup_parent in {*v1_parents.values(), *([v2_parent] if v2_parent else [])}:
+        for cgroup in cgroup_parent.glob("llmarch-sandbox-*"):
+            try:
+                empty = not _read_text(cgroup / "cgroup.procs").strip()
+                if empty and time.time() - cgroup.stat().st_mtime > STALE_CGROUP_SECONDS:
+                    cgroup.rmdir()
+                    removed.append(str(cgroup))
+            except OSError:
+                continue
+    if removed:
+        log.warning("removed what earlier grader runs left behind: %s", ", ".join(removed)[:1000])
+    return removed
 
 
 def _libc_call(name: str, *args) -> None:

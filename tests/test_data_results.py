@@ -81,7 +81,7 @@ def test_compare_data_on_dicts_numbers_and_several_returned_values():
     assert compare_data(-math.inf, -math.inf, "c", 1e-6, 0) is None
     assert "expected a number" in compare_data(True, 1, "c", 0, 0)  # a bool is not a number
     message = compare_data([["a", "b"], -2.0], (["a", "b"], -1.5), "c", 1e-9, 1e-9)
-    assert message == "c: returned value 2: got -2.0, off by 0.5"
+    assert message == "c: the 2nd of 2 returned values: got -2.0, off by 0.5"
     assert "could not be compared" in compare_data(10**400, 1.0, "c", 0, 0)
 
 

@@ -7,7 +7,8 @@
 3. statuses come from what the sandbox observed, and tampering is always reported;
 4. one submission cannot hurt another (disk);
 5. feedback never shows expected values, and the same notebook gets the same score under any name;
-6. the submissions folder is untrusted too (links, names, stray files).
+6. the submissions folder is untrusted too (links, names, stray files);
+7. the notebook cannot reach a test cell's hidden inputs before that cell runs, nor write the heartbeat.
 
 Most cases are graded together through the CLI in one run with two workers, as an instructor would; then a
 ``--workers 1`` run and a run with the work folders on a small tmpfs.
@@ -29,8 +30,9 @@ import nbformat
 import pytest
 
 from autograder.__main__ import main as grader_main
-from autograder.sandbox import bubblewrap_available
+from autograder.sandbox import Limits, bubblewrap_available, sweep_leftovers, work_folder
 from submissions import release, submission, write
+from test_wrong_variants import harnesses  # noqa: F401 - the fixture, for the ps7 cases below
 
 ROOT = Path(__file__).resolve().parents[1]
 PS, NB, FULL = "ps1-attention", "ps1-attention.ipynb", 15
@@ -224,6 +226,73 @@ def _(folder, name):
     write(nb, folder / name, NB)
 
 
+def _cell_index(nb, grade_id: str) -> int:
+    return next(i for i, c in enumerate(nb.cells) if c.metadata.get("nbgrader", {}).get("grade_id") == grade_id)
+
+
+@case("no-cell-ids-copy-above", "graded", FULL)
+def _(folder, name):
+    """An editor that drops cell ids (nbformat 4.4), and a copy of a test cell pasted above its function."""
+    nb = submission(PS, NB)
+    copy = nbformat.from_dict(dict(nb.cells[_cell_index(nb, "test_causal_mask")]))
+    nb.cells.insert(_cell_index(nb, "causal_mask"), copy)
+    for cell in nb.cells:
+        cell.pop("id", None)
+    nb.nbformat_minor = 4
+    (folder / name).mkdir()
+    (folder / name / NB).write_text(nbformat.writes(nb, version=nbformat.NO_CONVERT))
+
+
+@case("answer-split-in-three", "graded", FULL)
+def _(folder, name):
+    """JupyterLab's split cell, twice: every part keeps the answer cell's metadata."""
+    nb = submission(PS, NB)
+    index = _cell_index(nb, "causal_not_equivariant")
+    parts = ["PART-ONE of my answer.", "PART-TWO, the argument.", "PART-THREE, the example."]
+    nb.cells[index].source = parts[0]
+    for k, text in enumerate(parts[1:], start=1):
+        piece = nbformat.from_dict(dict(nb.cells[index]))
+        piece["id"], piece["source"] = f"split-part-{k}", text
+        nb.cells.insert(index + k, piece)
+    write(nb, folder / name, NB)
+
+
+@case("upper-case-extension", "graded", FULL)
+def _(folder, name):
+    path = solved(folder, name)
+    (path.parent / "work").mkdir()
+    path.rename(path.parent / "work" / "PS1-Attention.IPYNB")
+
+
+@case("zip-upper-case-extension", "graded", FULL)
+def _(folder, name):
+    with zipfile.ZipFile(folder / f"{name}.zip", "w") as zf:
+        zf.writestr("submission/ps1-attention.IpYnB", nbformat.writes(submission(PS, NB)))
+
+
+@case("zip-helper-name-too-long", "graded", FULL)
+def _(folder, name):
+    from submissions import solution_sources
+    helper = "import numpy as np\n\n" + solution_sources(PS, NB)["softmax"] + "\n"
+    with zipfile.ZipFile(folder / f"{name}.zip", "w") as zf:
+        zf.writestr(NB, nbformat.writes(submission(PS, NB)))
+        zf.writestr("h" * 400 + ".py", helper)  # no file system takes this name
+        zf.writestr("myhelper.py", helper)
+
+
+@case("outputs-make-it-35mb", "graded", FULL)
+def _(folder, name):
+    """Saved outputs (a figure, a long print) and a pasted image make the file far larger than its code."""
+    nb = submission(PS, NB)
+    figure = {"image/png": "iVBORw0KGgo" + "A" * (20 * 2**20), "text/plain": "<Figure>"}
+    nb.cells[_cell_index(nb, "softmax")].outputs = [
+        nbformat.v4.new_output("display_data", data=figure),
+        nbformat.v4.new_output("stream", name="stdout", text="0.5 " * (2 * 2**20))]
+    text = nb.cells[_cell_index(nb, "softmax-text")]
+    text["attachments"] = {"plot.png": {"image/png": "B" * (7 * 2**20)}}
+    write(nb, folder / name, NB)
+
+
 @case("extra-cells-raise", "graded", FULL)
 def _(folder, name):
     solved(folder, name, extra_cells=["raise ValueError('my own experiment')", "raise MemoryError('fake')",
@@ -260,11 +329,106 @@ def _(folder, name):
     solved(folder, name, extra_cells=final_cell("import os, signal\nos.kill(os.getpid(), signal.SIGKILL)\n"))
 
 
+# Notebook code: the paths /proc/<pid>/fd/<n> of every process the notebook can list (its own only if asked).
+OPEN_FILES = """
+import os
+def open_files(own=False):
+    for pid in filter(str.isdigit, os.listdir('/proc')):
+        if int(pid) == os.getpid() and not own:
+            continue
+        try:
+            entries = os.listdir(f'/proc/{pid}/fd')
+        except OSError:
+            continue
+        for entry in entries:
+            yield f'/proc/{pid}/fd/{entry}'
+"""
+
+# Writes `line` to every pipe the notebook can reach outside its own process: the heartbeat's number from the
+# environment, if the notebook has it, and each pipe of another process through /proc/<pid>/fd.
+FORGE_PIPES = OPEN_FILES + """
+def forge(line):
+    fds = [int(os.environ['GRADER_HEARTBEAT_FD'])] if 'GRADER_HEARTBEAT_FD' in os.environ else []
+    for fd in fds:
+        try:
+            os.write(fd, line)
+        except OSError:
+            pass
+    for path in open_files():
+        try:
+            if os.readlink(path).startswith('pipe:'):
+                fd = os.open(path, os.O_WRONLY | os.O_NONBLOCK)
+                os.write(fd, line)
+                os.close(fd)
+        except OSError:
+            pass
+"""
+
+
+@case("forges-done-then-exits", "crashed", FULL)
+def _(folder, name):
+    solved(folder, name, extra_cells=final_cell(FORGE_PIPES + "forge(b'done\\n')\nos._exit(0)\n"))
+
+
+@case("forges-beats-from-a-thread", "timeout", FULL)
+def _(folder, name):
+    keep_alive = ("import threading, time\ndef beat():\n    while True:\n        forge(b'cell 1\\n')\n"
+                  "        time.sleep(0.2)\nthreading.Thread(target=beat, daemon=True).start()\ntime.sleep(25)\n")
+    solved(folder, name, extra_cells=final_cell(FORGE_PIPES + keep_alive))
+
+
 @case("disk-filler", "graded", FULL)
 def _(folder, name):
     fill = ("import os\ntry:\n    for i in range(1000):\n        with open(f'/submission/fill{i}', 'wb') as f:\n"
             "            f.write(b'x' * (60 * 2**20))\nexcept OSError as err:\n    print('stopped:', err)\n")
     solved(folder, name, extra_cells=final_cell(fill))
+
+
+# -- 7. Hidden inputs are out of reach until their test cell runs --------------------------------------------
+
+# A first cell that looks everywhere it can for the hidden cases (files, other processes' open files,
+# environments and memory) and, if it finds any, ends the notebook at once.
+HUNT = OPEN_FILES + """
+def _hunt():
+    needles = [('spec' + '.json').encode(), ('"ret' + 'urns": ').encode()]
+    for top in ('/grader', '/tmp', '/submission', '/run', '/var', '/dev/shm', '/home'):
+        for folder, _, files in os.walk(top):
+            if any(f == 'spec' + '.json' or f.endswith(('.npy', '.zip')) for f in files):
+                return 'file in ' + folder
+    for pid in filter(str.isdigit, os.listdir('/proc')):
+        for what in ('environ', 'mem') if int(pid) != os.getpid() else ():
+            try:
+                with open(f'/proc/{pid}/{what}', 'rb') as f:
+                    if what == 'environ':
+                        f.read()
+                return f'/proc/{pid}/{what} is readable'
+            except OSError:
+                pass
+    for path in open_files(own=True):
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+        except OSError:
+            continue
+        try:
+            data = os.read(fd, 2**20)
+        except OSError:
+            data = b''
+        os.close(fd)
+        if any(needle in data for needle in needles):  # built here, so not in IPython's history
+            return path + ' -> ' + os.readlink(path)
+    return None
+_found = _hunt()
+if _found:
+    print('FOUND', _found, flush=True)
+    os._exit(7)
+"""
+
+
+@case("hunts-hidden-inputs-first", "graded", FULL)
+def _(folder, name):
+    nb = submission(PS, NB)
+    nb.cells.insert(0, nbformat.v4.new_code_cell(HUNT))
+    write(nb, folder / name, NB)
 
 
 # -- 6. The submissions folder is untrusted ------------------------------------------------------------------
@@ -437,6 +601,16 @@ def test_written_answer_survives_stripped_metadata(graded):
     assert "ANSWER-KEPT" in page
 
 
+def test_intake_notes_say_what_was_changed(graded):
+    _, _, out, rows = graded
+    assert "left out" in row_for(rows, "zip-helper-name-too-long")["notes"]
+    assert "myhelper.py" in row_for(rows, "zip-helper-name-too-long")["notes"]
+    assert "outputs, which were removed" in row_for(rows, "outputs-make-it-35mb")["notes"]
+    page = next((out / "feedback").glob("answer-split-in-three*/*.html")).read_text()
+    assert all(part in page for part in ("PART-ONE", "PART-TWO", "PART-THREE"))
+    assert "copy" in row_for(rows, "no-cell-ids-copy-above")["notes"]
+
+
 def test_int_mask_message_names_the_dtype(graded):
     _, _, out, rows = graded
     assert row_for(rows, "int-mask")["test_causal_mask"] == "0"
@@ -553,3 +727,49 @@ def test_other_assignments(assignment, answers, extra, item, tmp_path):
     assert row["status"] == "graded", row
     failed = [gid for gid in load(assignment).CHECKS if row[gid] == "0"]
     assert failed == ([] if item is None else [item]), row
+
+
+# -- 8. Leftovers: a grader killed halfway leaves nothing that the next one does not remove ---------------------
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="a work folder is a tmpfs mount only when the grader is root")
+def test_a_killed_grader_leaves_nothing_that_the_next_one_does_not_remove(tmp_path):
+    killed = ("import os, signal, sys\nfrom pathlib import Path\nfrom autograder.sandbox import Limits, work_folder\n"
+              "with work_folder(Limits(disk_mb=8), parent=Path(sys.argv[1])) as folder:\n"
+              "    (folder / 'submission').mkdir()\n    os.kill(os.getpid(), signal.SIGKILL)\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "lib")])}
+    assert subprocess.run([sys.executable, "-c", killed, str(tmp_path)], env=env).returncode == -9
+    left = list(tmp_path.glob("llmarch-grade-*"))
+    assert len(left) == 1 and os.path.ismount(left[0]) and (left[0] / "submission").is_dir()
+    with work_folder(Limits(disk_mb=8), parent=tmp_path) as live:  # a grader at work: its folder is locked
+        assert sweep_leftovers(tmp_path, min_age=0) == [str(left[0])]
+        assert live.is_dir() and not left[0].exists()
+    assert list(tmp_path.iterdir()) == []
+
+
+
+# -- 9. ps7: torch tensors are answers, and the float64 contract is the same in visible and hidden tests -------
+
+def _ps7_returning(dtype: str) -> dict:
+    """ps7's solution namespace with every graded function returning a torch tensor of ``dtype``."""
+    import numpy as np
+    import torch
+    from test_wrong_variants import _namespace
+
+    ns = _namespace("ps7-modern")
+    for name in ("rms_norm", "swiglu", "rope_rotate_half", "grouped_query_attention", "llama3_inv_freq"):
+        ns[name] = (lambda f: lambda *a, **k: torch.from_numpy(np.asarray(f(*a, **k))).to(getattr(torch, dtype)))(
+            ns[name])
+    return ns
+
+
+def test_ps7_torch_answers_pass_visible_and_hidden_tests_and_float32_fails_both_by_name(harnesses):
+    from test_wrong_variants import _test_cells, _visible_failures
+
+    cells = _test_cells("ps7-modern")
+    ns = _ps7_returning("float64")
+    assert _visible_failures("ps7-modern", ns, cells) == {}
+    assert harnesses("ps7-modern").lost(ns, 0) == set()
+    ns = _ps7_returning("float32")
+    failures = _visible_failures("ps7-modern", ns, cells)
+    assert set(failures) == set(cells) and all("float32" in m for m in failures.values()), failures
+    assert harnesses("ps7-modern").lost(ns, 0) == set(cells)

@@ -909,13 +909,17 @@ variant(PS7, "RoPE interleaved instead of rotate-half", "rope_rotate_half", ROPE
     combine="np.stack([a * cos - b * sin, a * sin + b * cos], axis=-1).reshape(x.shape)"))
 variant(PS7, "RoPE ignores positions (starts at 0)", "rope_rotate_half", {"test_rope_offset"},
         rope_with(positions="np.arange(x.shape[-2])"))
+variant(PS7, "RoPE assumes consecutive positions from positions[0]", "rope_rotate_half", {"test_rope_offset"},
+        rope_with(positions="positions[0] + np.arange(x.shape[-2])"))
+variant(PS7, "RoPE in float32", "rope_rotate_half", ROPE,
+        rope_with(combine="np.concatenate([a * cos - b * sin, a * sin + b * cos], axis=-1).astype(np.float32)"))
 variant(PS7, "RoPE rotates the other way", "rope_rotate_half", ROPE,
         rope_with(combine="np.concatenate([a * cos + b * sin, b * cos - a * sin], axis=-1)"))
 variant(PS7, "RoPE ignores base", "rope_rotate_half", ROPE, rope_with(theta="10000.0 ** (-np.arange(0, d, 2) / d)"))
 variant(PS7, "RoPE with theta_i = base^(-i/d)", "rope_rotate_half", ROPE,
         rope_with(theta="base ** (-np.arange(d // 2) / d)"))
 gqa7_with = template(PS7, "grouped_query_attention", """
-def grouped_query_attention(q, k, v, is_causal=True):
+def grouped_query_attention(q, k, v, is_causal=False):
     g = q.shape[1] // k.shape[1]
     T, T_k = q.shape[2], k.shape[2]
     mask = {mask} if {causal} else None
@@ -931,7 +935,7 @@ variant(PS7, "grouped-query attention always causal", "grouped_query_attention",
 variant(PS7, "grouped-query mask hides the query's own position", "grouped_query_attention", GQA7,
         gqa7_with(mask="np.arange(T_k)[None, :] < np.arange(T)[:, None] + (T_k - T)"))
 variant(PS7, "grouped-query attention without the 1/sqrt(d) scale", "grouped_query_attention", GQA7, """
-def grouped_query_attention(q, k, v, is_causal=True):
+def grouped_query_attention(q, k, v, is_causal=False):
     g = q.shape[1] // k.shape[1]
     T, T_k = q.shape[2], k.shape[2]
     mask = np.arange(T_k)[None, :] <= np.arange(T)[:, None] + (T_k - T) if is_causal else None
@@ -957,6 +961,17 @@ variant(PS7, "llama3 with the blend weights swapped", "llama3_inv_freq", LLAMA3,
         llama3_with(blended="gamma * theta / factor + (1 - gamma) * theta"))
 variant(PS7, "llama3 ignores low_freq_factor and high_freq_factor", "llama3_inv_freq", {"test_llama3_factors"},
         llama3_with(factors="1.0, 4.0"))
+variant(PS7, "llama3 in float32", "llama3_inv_freq", LLAMA3, """
+def llama3_inv_freq(d, base=500000.0, factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0,
+                    original_max_position_embeddings=8192):
+    theta = np.float32(base) ** (-np.arange(0, d, 2, dtype=np.float32) / np.float32(d))
+    wavelength = np.float32(2 * np.pi) / theta
+    L0 = np.float32(original_max_position_embeddings)
+    gamma = (L0 / wavelength - np.float32(low_freq_factor)) / np.float32(high_freq_factor - low_freq_factor)
+    blended = (1 - gamma) * theta / np.float32(factor) + gamma * theta
+    return np.where(wavelength < L0 / np.float32(high_freq_factor), theta,
+                    np.where(wavelength > L0 / np.float32(low_freq_factor), theta / np.float32(factor), blended))
+""")
 
 # ---------------------------------------------------------------------------------------------------------------
 # ps8-objectives
@@ -975,13 +990,14 @@ def mlm_mask(ids, mask_id, vocab_size, special_mask, mask_prob=0.15, rng=None):
     ids = np.asarray(ids)
     selected = (rng.random(ids.shape) < {mask_prob}){specials}
     action = rng.random(ids.shape)
-    random_ids = rng.integers(0, vocab_size, size=ids.shape)
+    random_ids = {random_ids}
     inputs = np.where(selected & (action < {to_mask}), mask_id, ids)
     inputs = np.where({to_random}, random_ids, inputs)
     labels = np.where({labelled}, ids, -100)
     return inputs, labels
 """, mask_prob="mask_prob", specials=" & ~np.asarray(special_mask, dtype=bool)", to_mask="0.8",
-    to_random="selected & (action >= 0.8) & (action < 0.9)", labelled="selected")
+    to_random="selected & (action >= 0.8) & (action < 0.9)", labelled="selected",
+    random_ids="rng.integers(0, vocab_size, size=ids.shape)")
 variant(PS8, "MLM 90/10/0 (no kept tokens)", "mlm_mask", {MLM_STATS},
         mlm_with(to_mask="0.9", to_random="selected & (action >= 0.9)"))
 variant(PS8, "MLM random share not rescaled (10% of the remaining 20%: 80/2/18)", "mlm_mask", {MLM_STATS},
@@ -994,6 +1010,46 @@ variant(PS8, "MLM labels only the tokens that changed", "mlm_mask", MLM,
 variant(PS8, "MLM random replacements also hit unselected tokens", "mlm_mask", {MLM_INV},
         mlm_with(to_random="(action >= 0.8) & (action < 0.9)"))
 variant(PS8, "MLM ignores mask_prob (always 15%)", "mlm_mask", MLM, mlm_with(mask_prob="0.15"))
+variant(PS8, "MLM random ids only from the word pieces [999, vocab_size)", "mlm_mask", {MLM_STATS},
+        mlm_with(random_ids="rng.integers(min(999, vocab_size - 1), vocab_size, size=ids.shape)"))
+variant(PS8, "MLM random ids never equal to the original", "mlm_mask", {MLM_STATS},
+        mlm_with(random_ids="(ids + rng.integers(1, vocab_size, size=ids.shape)) % vocab_size"))
+variant(PS8, "MLM ignores its rng (NumPy's global generator)", "mlm_mask", {MLM_STATS}, """
+def mlm_mask(ids, mask_id, vocab_size, special_mask, mask_prob=0.15, rng=None):
+    ids = np.asarray(ids)
+    selected = (np.random.random(ids.shape) < mask_prob) & ~np.asarray(special_mask, dtype=bool)
+    action = np.random.random(ids.shape)
+    random_ids = np.random.randint(0, vocab_size, size=ids.shape)
+    inputs = np.where(selected & (action < 0.8), mask_id, ids)
+    inputs = np.where(selected & (action >= 0.8) & (action < 0.9), random_ids, inputs)
+    return inputs, np.where(selected, ids, -100)
+""")
+variant(PS8, "MLM a fixed pattern with the right rates (the same for every rng)", "mlm_mask", {MLM_STATS}, """
+def mlm_mask(ids, mask_id, vocab_size, special_mask, mask_prob=0.15, rng=None):
+    ids = np.asarray(ids)
+    fixed = np.random.default_rng(1234)  # a pattern of its own: right rates, never changes
+    selected = (fixed.random(ids.shape) < mask_prob) & ~np.asarray(special_mask, dtype=bool)
+    action = fixed.random(ids.shape)
+    random_ids = fixed.integers(0, vocab_size, size=ids.shape)
+    inputs = np.where(selected & (action < 0.8), mask_id, ids)
+    inputs = np.where(selected & (action >= 0.8) & (action < 0.9), random_ids, inputs)
+    return inputs, np.where(selected, ids, -100)
+""")
+variant(PS8, "MLM evenly spaced selections (position-dependent, right rates)", "mlm_mask", {MLM_STATS}, """
+def mlm_mask(ids, mask_id, vocab_size, special_mask, mask_prob=0.15, rng=None):
+    rng = np.random.default_rng() if rng is None else rng
+    ids = np.asarray(ids)
+    step = max(int(round(1 / mask_prob)), 1) if mask_prob > 0 else 0
+    position = np.arange(ids.size).reshape(ids.shape) + int(rng.integers(0, max(step, 1)))
+    selected = ((position % step == 0) if step else np.zeros(ids.shape, dtype=bool))
+    selected &= ~np.asarray(special_mask, dtype=bool)
+    if mask_prob >= 1:
+        selected = ~np.asarray(special_mask, dtype=bool)
+    action = rng.random(ids.shape)
+    inputs = np.where(selected & (action < 0.8), mask_id, ids)
+    inputs = np.where(selected & (action >= 0.8) & (action < 0.9), rng.integers(0, vocab_size, size=ids.shape), inputs)
+    return inputs, np.where(selected, ids, -100)
+""")
 loss_with = template(PS8, "mlm_loss", """
 def mlm_loss(logits, labels):
     logits, labels = np.asarray(logits, dtype=float), np.asarray(labels)
@@ -1169,8 +1225,53 @@ def minhash_signature(items, num_perm=128, seed=0):
     return {minimum}
 """, seed="seed", size="num_perm", empty="np.full(num_perm, P, dtype=np.int64)",
     minimum="((a[:, None] * x[None, :] + b[:, None]) % P).min(axis=1)")
-variant(PS9, "MinHash reuses one hash function for every position", "minhash_signature", {"test_minhash_collisions"},
+variant(PS9, "MinHash reuses one hash function for every position", "minhash_signature", MINHASH,
         minhash_with(size="1", minimum="np.full(num_perm, ((a * x + b) % P).min())"))
+variant(PS9, "MinHash with one multiplier a shared by all positions", "minhash_signature", MINHASH,
+        minhash_with(minimum="((a[0] * x[None, :] + b[:, None]) % P).min(axis=1)"))
+variant(PS9, "MinHash hashes items with Python's hash()", "minhash_signature", {"test_minhash_signature"}, """
+def minhash_signature(items, num_perm=128, seed=0):
+    rng = np.random.default_rng(seed)
+    a = rng.integers(1, P, size=num_perm)
+    b = rng.integers(0, P, size=num_perm)
+    x = np.array(sorted({hash(item) % P for item in items}), dtype=np.int64)
+    if x.size == 0:
+        return np.full(num_perm, P, dtype=np.int64)
+    return ((a[:, None] * x[None, :] + b[:, None]) % P).min(axis=1)
+""")
+variant(PS9, "MinHash modulo 2**61 - 1 in int64 (the products overflow)", "minhash_signature",
+        {"test_minhash_signature"}, """
+def minhash_signature(items, num_perm=128, seed=0):
+    big = 2**61 - 1
+    rng = np.random.default_rng(seed)
+    a = rng.integers(1, big, size=num_perm)
+    b = rng.integers(0, big, size=num_perm)
+    x = np.array(sorted({stable_hash(item) for item in items}), dtype=np.int64)
+    if x.size == 0:
+        return np.full(num_perm, P, dtype=np.int64)
+    return ((a[:, None] * x[None, :] + b[:, None]) % big % P).min(axis=1)
+""")
+variant(PS9, "MinHash counterfeit: a pair's second signature copies the first in round(J k) positions",
+        "minhash_signature", {"test_minhash_collisions"}, """
+_previous = {}
+
+
+def minhash_signature(items, num_perm=128, seed=0):
+    rng = np.random.default_rng(seed)
+    a = rng.integers(1, P, size=num_perm)
+    b = rng.integers(0, P, size=num_perm)
+    x = np.array(sorted({stable_hash(item) for item in items}), dtype=np.int64)
+    honest = np.full(num_perm, P, dtype=np.int64) if x.size == 0 else ((a[:, None] * x[None, :] + b[:, None]) % P).min(axis=1)
+    first = _previous.get((num_perm, seed))
+    _previous[(num_perm, seed)] = (set(items), honest)
+    if first is None or not items or not first[0]:
+        return honest
+    union, common = len(first[0] | set(items)), len(first[0] & set(items))
+    if common in (0, union):
+        return honest
+    agree = int(round(common / union * num_perm))  # exactly J k equal positions: no spread at all
+    return np.concatenate([first[1][:agree], (first[1][agree:] + 1) % P])
+""")
 variant(PS9, "MinHash takes the minimum over the wrong axis", "minhash_signature", MINHASH,
         minhash_with(minimum="((a[:, None] * x[None, :] + b[:, None]) % P).min(axis=0)"))
 variant(PS9, "MinHash ignores the seed (fresh random hash functions)", "minhash_signature", MINHASH,
@@ -1257,7 +1358,7 @@ pii_with = template(PS9, "redact_pii", """
 def redact_pii(text):
     email = r"{email}"
     octet = r"(?:25[0-5]|2[0-4]\\d|1\\d\\d|[1-9]?\\d)"
-    ipv4 = rf"(?<![\\w.]){{octet}}(?:\\.{{octet}}){{{{3}}}}(?!\\w|\\.\\d)"
+    ipv4 = rf"{ipv4}"
     international = r"(?<![\\w+])\\+\\d{{1,3}}(?:[ -]?\\(\\d{{1,4}}\\)[ -]?\\d{{1,10}})?(?:[ -]\\d{{1,10}}){{0,5}}+(?![\\w]|[.-]\\d)"
     north_american = r"{north_american}"
 
@@ -1271,15 +1372,18 @@ def redact_pii(text):
     return re.sub(north_american, "<PHONE>", text)
 """, email=r"(?<![\w.%+-])[A-Za-z0-9][A-Za-z0-9._%+-]*@(?:[A-Za-z0-9-]+\.)+[A-Za-z]{2,}(?![\w-])",
     north_american=r"(?<![\w+.-])(?:1[ -])?(?:\(\d{3}\) ?\d{3}[ .-]\d{4}|\d{3}([ .-])\d{3}\1\d{4})(?![\w]|[.-]\d)",
-    ip_tag="<IP_ADDRESS>", international_step="text = re.sub(international, phone, text)")
+    ip_tag="<IP_ADDRESS>", international_step="text = re.sub(international, phone, text)",
+    ipv4=r"(?<![\w.]){octet}(?:\.{octet}){{3}}(?!\w|\.\d)")
 variant(PS9, "PII: e-mail domains without subdomains", "redact_pii", {"test_pii_email_ip"},
         pii_with(email=r"(?<![\w.%+-])[A-Za-z0-9][A-Za-z0-9._%+-]*@[A-Za-z0-9-]+\.[A-Za-z]{2,}(?![\w-])"))
 variant(PS9, "PII: e-mail local part without '+'", "redact_pii", {"test_pii_email_ip"},
         pii_with(email=r"(?<![\w.%+-])[A-Za-z0-9][A-Za-z0-9._%-]*@(?:[A-Za-z0-9-]+\.)+[A-Za-z]{2,}(?![\w-])"))
 variant(PS9, "PII: IPv4 addresses replaced by <IP>", "redact_pii", {"test_pii_email_ip"}, pii_with(ip_tag="<IP>"))
+variant(PS9, "PII: IPv4 without the 0-255 range and without the dotted context", "redact_pii", {"test_pii_email_ip"},
+        pii_with(ipv4=r"\d{{1,3}}(?:\.\d{{1,3}}){{3}}"))
 variant(PS9, "PII: no international phone numbers", "redact_pii", {"test_pii_phone"}, pii_with(international_step=""))
 variant(PS9, "PII: any run of digits and separators is a phone number", "redact_pii",
-        {"test_pii_phone", "test_pii_numbers"}, pii_with(international_step="", north_american=r"\+?\d[\d .()-]{6,}\d"))
+        {"test_pii_phone", "test_pii_numbers", "test_pii_email_ip"}, pii_with(international_step="", north_american=r"\+?\d[\d .()-]{6,}\d"))
 
 # ---------------------------------------------------------------------------------------------------------------
 # The in-process harness

@@ -6,6 +6,9 @@ gate, ``w3`` the up projection, ``w2`` the down projection); ``llmarch.positiona
 grouped-query attention as ``MultiHeadAttention.attend`` computes it (key/value heads repeated with
 ``repeat_interleave``) with the causal mask aligned at the bottom right (``causal_mask(T, T_k, offset=T_k - T)``);
 and ``llmarch.positional.rope_frequencies`` with ``rope_type="llama3"``.
+
+Every check states the notebook's float64 contract (``Check.dtype``): a float32 answer fails, with a message that
+names its dtype, exactly as the notebook's ``check_close`` fails it, so visible and hidden tests agree.
 """
 
 from __future__ import annotations
@@ -49,7 +52,7 @@ def ref_rope(x, positions, base=10000.0):
     return apply_rope(_t(x), torch.as_tensor(np.asarray(positions)), base=float(base), interleaved=False).numpy()
 
 
-def ref_gqa(q, k, v, is_causal=True):
+def ref_gqa(q, k, v, is_causal=False):
     q, k, v = _t(q), _t(k), _t(v)
     group = q.shape[1] // k.shape[1]
     k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
@@ -84,18 +87,20 @@ def _rms_norm(rng):
     # 5e-7 relative there (it is the small-input cell that tells the two apart)
     d = int(rng.integers(4, 17))
     worked = (np.array([1.0, 2.0, 2.0, 4.0]), np.array([1.0, 1.0, 0.5, 2.0]))
-    return [Case(worked, {"eps": 0.0}),
-            Case((_rows_with_rms(rng, (int(rng.integers(1, 3)), int(rng.integers(1, 5)), d), 1, 4), rng.normal(size=d))),
-            Case((_rows_with_rms(rng, (d,), 1, 4), rng.uniform(0.5, 2, size=d)), {"eps": 0.0}),
-            Case((np.full((2, 5), 3.0), np.ones(5)))]
+    return [Case(worked, {"eps": 0.0}, note="the worked example"),
+            Case((_rows_with_rms(rng, (int(rng.integers(1, 3)), int(rng.integers(1, 5)), d), 1, 4), rng.normal(size=d)),
+                 note="rows of RMS 1 to 4, three axes, a random weight"),
+            Case((_rows_with_rms(rng, (d,), 1, 4), rng.uniform(0.5, 2, size=d)), {"eps": 0.0}, note="one vector"),
+            Case((np.full((2, 5), 3.0), np.ones(5)), note="constant rows: RMS, not standard deviation")]
 
 
 def _rms_norm_eps(rng):
     d = int(rng.integers(2, 13))
-    return [Case((np.zeros((2, 4)), np.ones(4))),
-            Case((np.ones(4), np.ones(4)), {"eps": 3.0}),
-            Case((_rows_with_rms(rng, (3, d), 1e-4, 3e-3), rng.normal(size=d))),
-            Case((rng.normal(size=(2, d)), rng.normal(size=d)), {"eps": float(rng.uniform(0.1, 2.0))})]
+    return [Case((np.zeros((2, 4)), np.ones(4)), note="zero rows: eps keeps the result finite"),
+            Case((np.ones(4), np.ones(4)), {"eps": 3.0}, note="eps inside the square root"),
+            Case((_rows_with_rms(rng, (3, d), 1e-4, 3e-3), rng.normal(size=d)), note="tiny rows, where eps matters"),
+            Case((rng.normal(size=(2, d)), rng.normal(size=d)), {"eps": float(rng.uniform(0.1, 2.0))},
+                 note="a large eps")]
 
 
 def _swiglu_weights(rng, d, d_ff):
@@ -106,15 +111,16 @@ def _swiglu(rng):
     worked = (np.array([[1.0, 2.0]]), np.array([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]]),
               np.array([[1.0, 1.0], [2.0, 0.0], [0.0, -1.0]]), np.array([[1.0, 0.0, 0.0], [0.0, 1.0, 1.0]]))
     d, d_ff = int(rng.integers(2, 9)), int(rng.integers(3, 17))
-    return [Case(worked),
-            Case((rng.normal(size=(int(rng.integers(1, 7)), d)), *_swiglu_weights(rng, d, d_ff))),
-            Case((rng.normal(size=(5, 4)) * 3, *_swiglu_weights(rng, 4, 6)))]
+    return [Case(worked, note="the worked example"),
+            Case((rng.normal(size=(int(rng.integers(1, 7)), d)), *_swiglu_weights(rng, d, d_ff)), note="(T, d) rows"),
+            Case((rng.normal(size=(5, 4)) * 3, *_swiglu_weights(rng, 4, 6)), note="large inputs")]
 
 
 def _swiglu_batched(rng):
     d, d_ff = int(rng.integers(2, 9)), int(rng.integers(3, 17))
-    return [Case((rng.normal(size=(2, int(rng.integers(1, 5)), d)), *_swiglu_weights(rng, d, d_ff))),
-            Case((rng.normal(size=d), *_swiglu_weights(rng, d, d_ff)))]
+    return [Case((rng.normal(size=(2, int(rng.integers(1, 5)), d)), *_swiglu_weights(rng, d, d_ff)),
+                 note="a batch (B, T, d)"),
+            Case((rng.normal(size=d), *_swiglu_weights(rng, d, d_ff)), note="one vector (d,)")]
 
 
 def _unit_vectors(t):
@@ -125,21 +131,23 @@ def _unit_vectors(t):
 
 def _rope(rng):
     t, d = int(rng.integers(2, 9)), 2 * int(rng.integers(1, 9))
-    return [Case((_unit_vectors(101), np.arange(101))),
-            Case((rng.normal(size=(2, 3, 6, 8)), np.arange(6)), {"base": 100.0}),
+    return [Case((_unit_vectors(101), np.arange(101)), note="the worked example's unit vectors"),
+            Case((rng.normal(size=(2, 3, 6, 8)), np.arange(6)), {"base": 100.0}, note="base 100"),
             Case((rng.normal(size=(int(rng.integers(1, 3)), int(rng.integers(1, 4)), t, d)), np.arange(t)),
-                 {"base": float(np.exp(rng.uniform(np.log(100), np.log(1e6))))}),
-            Case((rng.normal(size=(t, d)), np.arange(t)))]
+                 {"base": float(np.exp(rng.uniform(np.log(100), np.log(1e6))))}, note="a random base"),
+            Case((rng.normal(size=(t, d)), np.arange(t)), note="x of shape (T, d), no batch or head axes")]
 
 
 def _rope_offset(rng):
     t, d = int(rng.integers(1, 6)), 2 * int(rng.integers(1, 9))
     past = int(rng.integers(1, 100_000))
-    return [Case((rng.normal(size=(1, 2, 3, 8)), np.arange(6, 9)), {"base": 500.0}),
-            Case((_unit_vectors(1), np.array([100]))),
+    return [Case((rng.normal(size=(1, 2, 3, 8)), np.arange(6, 9)), {"base": 500.0}, note="3 tokens after a cache of 6"),
+            Case((_unit_vectors(1), np.array([100])), note="one token at position 100"),
             Case((rng.normal(size=(int(rng.integers(1, 3)), int(rng.integers(1, 4)), t, d)), np.arange(past, past + t)),
-                 {"base": float(np.exp(rng.uniform(np.log(100), np.log(1e6))))}),
-            Case((rng.normal(size=(2, 8)), rng.integers(1, 5000, size=2)))]
+                 {"base": float(np.exp(rng.uniform(np.log(100), np.log(1e6))))}, note="a long cache"),
+            Case((rng.normal(size=(2, 8)), rng.integers(1, 5000, size=2)), note="two tokens at random positions"),
+            Case((rng.normal(size=(1, 2, 4, 8)), np.array([7, 2, 30, 31])), {"base": 500.0},
+                 note="positions that are neither consecutive nor sorted")]
 
 
 def _heads(rng):
@@ -154,19 +162,21 @@ def _gqa_inputs(rng, h, h_kv, t, t_k):
 def _gqa(rng):
     t = int(rng.integers(2, 8))
     h, h_kv = _heads(rng)
-    return [Case(_gqa_inputs(rng, 6, 2, t, t)),  # h // g and h % H_kv differ
-            Case(_gqa_inputs(rng, 4, 1, 3, 6), {"is_causal": False}),
-            Case(_gqa_inputs(rng, 3, 3, 4, 4), {"is_causal": True}),
-            Case(_gqa_inputs(rng, h, h_kv, int(rng.integers(1, 7)), int(rng.integers(1, 9))), {"is_causal": False}),
-            Case(_gqa_inputs(rng, h, h_kv, t, t), {"is_causal": True})]
+    return [Case(_gqa_inputs(rng, 6, 2, t, t), {"is_causal": True}, note="6 query heads on 2: h // g, not h % H_kv"),
+            Case(_gqa_inputs(rng, 4, 1, 3, 6), {"is_causal": False}, note="multi-query attention, not causal"),
+            Case(_gqa_inputs(rng, 3, 3, 4, 4), {"is_causal": True}, note="multi-head attention (H_kv = H)"),
+            Case(_gqa_inputs(rng, h, h_kv, int(rng.integers(1, 7)), int(rng.integers(1, 9))), {"is_causal": False},
+                 note="random heads, not causal"),
+            Case(_gqa_inputs(rng, h, h_kv, t, t), {"is_causal": True}, note="random heads, causal")]
 
 
 def _gqa_cache(rng):
     h, h_kv = _heads(rng)
     t = int(rng.integers(1, 5))
-    return [Case(_gqa_inputs(rng, 4, 2, 2, 4)),
-            Case(_gqa_inputs(rng, 6, 3, 1, 5), {"is_causal": True}),
-            Case(_gqa_inputs(rng, h, h_kv, t, t + int(rng.integers(1, 9))), {"is_causal": True})]
+    return [Case(_gqa_inputs(rng, 4, 2, 2, 4), {"is_causal": True}, note="the worked example: 2 new tokens after 2"),
+            Case(_gqa_inputs(rng, 6, 3, 1, 5), {"is_causal": True}, note="one new token sees the whole cache"),
+            Case(_gqa_inputs(rng, h, h_kv, t, t + int(rng.integers(1, 9))), {"is_causal": True},
+                 note="random heads, new tokens after a random cache")]
 
 
 def _llama3_args(rng, low, high):
@@ -182,24 +192,26 @@ def _llama3_args(rng, low, high):
 
 
 def _llama3(rng):
-    return [Case((128, 500000.0, 8.0, 1.0, 4.0, 8192)), Case(_llama3_args(rng, 1.0, 4.0)),
-            Case(_llama3_args(rng, 1.0, 4.0))]
+    return [Case((128, 500000.0, 8.0, 1.0, 4.0, 8192), note="Llama 3.1's configuration"),
+            Case(_llama3_args(rng, 1.0, 4.0), note="a random configuration with all three regions"),
+            Case(_llama3_args(rng, 1.0, 4.0), note="a random configuration with all three regions")]
 
 
 def _llama3_factors(rng):
     low = float(rng.uniform(0.5, 3.0))
-    return [Case((64, 10000.0, 4.0, 2.0, 8.0, 4096)), Case(_llama3_args(rng, low, low * float(rng.uniform(2, 8))))]
+    return [Case((64, 10000.0, 4.0, 2.0, 8.0, 4096), note="low_freq_factor 2, high_freq_factor 8"),
+            Case(_llama3_args(rng, low, low * float(rng.uniform(2, 8))), note="random thresholds")]
 
 
 CHECKS = {
-    "test_rms_norm": Check("rms_norm", _rms_norm, ref_rms_norm),
-    "test_rms_norm_eps": Check("rms_norm", _rms_norm_eps, ref_rms_norm),
-    "test_swiglu": Check("swiglu", _swiglu, ref_swiglu),
-    "test_swiglu_batched": Check("swiglu", _swiglu_batched, ref_swiglu),
-    "test_rope": Check("rope_rotate_half", _rope, ref_rope),
-    "test_rope_offset": Check("rope_rotate_half", _rope_offset, ref_rope),
-    "test_gqa": Check("grouped_query_attention", _gqa, ref_gqa),
-    "test_gqa_cache": Check("grouped_query_attention", _gqa_cache, ref_gqa),
-    "test_llama3": Check("llama3_inv_freq", _llama3, ref_llama3),
-    "test_llama3_factors": Check("llama3_inv_freq", _llama3_factors, ref_llama3),
+    "test_rms_norm": Check("rms_norm", _rms_norm, ref_rms_norm, dtype="float64"),
+    "test_rms_norm_eps": Check("rms_norm", _rms_norm_eps, ref_rms_norm, dtype="float64"),
+    "test_swiglu": Check("swiglu", _swiglu, ref_swiglu, dtype="float64"),
+    "test_swiglu_batched": Check("swiglu", _swiglu_batched, ref_swiglu, dtype="float64"),
+    "test_rope": Check("rope_rotate_half", _rope, ref_rope, dtype="float64"),
+    "test_rope_offset": Check("rope_rotate_half", _rope_offset, ref_rope, dtype="float64"),
+    "test_gqa": Check("grouped_query_attention", _gqa, ref_gqa, dtype="float64"),
+    "test_gqa_cache": Check("grouped_query_attention", _gqa_cache, ref_gqa, dtype="float64"),
+    "test_llama3": Check("llama3_inv_freq", _llama3, ref_llama3, dtype="float64"),
+    "test_llama3_factors": Check("llama3_inv_freq", _llama3_factors, ref_llama3, dtype="float64"),
 }

@@ -8,9 +8,11 @@ BERT's masking is random and a student's random stream is not ours, so ``mlm_mas
 what it returns (a ``verdict``), not by equality with the reference's sample: exact invariants in
 ``test_mlm_invariants``, and rates in ``test_mlm_statistics``. Each rate is a fraction of ``n`` independent
 trials, so by Hoeffding's inequality ``P(|rate - p| >= t) <= 2 exp(-2 n t^2)``; with ``t`` chosen to make that
-``1e-11`` and nine rates per grading (three cases, three rates), a correct solution fails the check with
-probability below ``1e-10``. The cases are large enough (at least 12,000 selected tokens each, ``t`` at most 3.3%) that
-90/10/0 masking (no kept tokens, 10 points away) fails every time.
+``1e-11`` and 27 rates per grading (seven cases, three rates each, and six more), a correct solution fails the
+check with probability below ``1e-9``. The cases are large enough (at least 12,000 selected tokens each, ``t`` at
+most 3.3%) that 90/10/0 masking (no kept tokens, 10 points away) fails every time. The generator comes from
+the grader (``rng=np.random.default_rng(seed)``), so that randomness can be checked to come from it, to change
+with it, and not to follow positions: see ``_selection_problems`` and ``_replacement_problems``.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ import math
 import numpy as np
 import torch
 
-from autograder.checks import Case, Check
+from autograder.checks import Case, Check, RngArg
 from llmarch.objectives import (
     best_span,
     mlm_loss,
@@ -46,8 +48,9 @@ def _long(x):
 # --- references ---------------------------------------------------------------------------------------------
 
 
-def ref_mlm_mask(ids, mask_id, vocab_size, special_mask, mask_prob=0.15):
-    """llmarch's own sample: it fixes that two arrays come back; the verdicts judge the student's by properties."""
+def ref_mlm_mask(ids, mask_id, vocab_size, special_mask, mask_prob=0.15, rng=None):
+    """llmarch's own sample (``rng`` unused): it fixes that two arrays come back; the verdicts judge the student's
+    by properties."""
     inputs, labels = mlm_mask(_long(ids), int(mask_id), int(vocab_size), torch.as_tensor(np.asarray(special_mask)),
                               float(mask_prob), generator=torch.Generator().manual_seed(0))
     return inputs.numpy(), labels.numpy()
@@ -139,19 +142,73 @@ def _rate_problem(what: str, count: int, n: int, p: float, slack: float) -> str 
     bound = rate_bound(n) + slack
     if abs(count / n - p) <= bound:
         return None
-    return (f"{what}: {count} of {n} = {count / n:.2%}, expected {p:.0%} +- {bound:.2%} (a correct solution "
+    return (f"{what}: {count} of {n} = {count / n:.2%}, expected {p * 100:.3g}% +- {bound:.2%} (a correct solution "
             f"lands outside this range with probability below {FALSE_FAILURE:g})")
+
+
+def _selection_problems(cases: list[Case], arrays: list[tuple]) -> tuple[int, str] | None:
+    """Randomness that comes from ``rng``, is fresh from call to call and does not depend on position: the
+    repeated case (same generator seed as case 1) returns exactly case 1's result; the case with the same ids
+    and another seed selects each token independently of case 1 (both select it at rate ``p^2``, where a fixed
+    pattern gives ``p``); and in each of the first three cases, disjoint neighbouring pairs are both selected
+    at rate ``p^2`` (a pattern that spaces its selections out gives 0). ``(case index, message)`` or None."""
+    first, repeat, other = arrays[0], arrays[REPEATED], arrays[RESEEDED]
+    if not (np.array_equal(first[2], repeat[2]) and np.array_equal(first[3], repeat[3])):
+        return (REPEATED, "the same rng (np.random.default_rng with the same seed) must give the same result, "
+                          "but this call differs from hidden case 1: draw every random number from rng")
+    p = cases[0].kwargs["mask_prob"]
+    both = (first[3] != IGNORE) & (other[3] != IGNORE) & ~first[1]
+    problem = _rate_problem("tokens selected by both this call and hidden case 1 (same ids, another seed)",
+                            int(both.sum()), int((~first[1]).sum()), p * p, 0.0)
+    if problem:
+        return RESEEDED, problem + "; the selection must be random, not a fixed pattern"
+    for i in range(3):
+        ids, special, _, labels = arrays[i]
+        pairs = ~special[..., 0:-1:2] & ~special[..., 1::2]
+        selected = labels != IGNORE
+        problem = _rate_problem("neighbouring pairs (positions 2j, 2j+1) both selected",
+                                int((pairs & selected[..., 0:-1:2] & selected[..., 1::2]).sum()), int(pairs.sum()),
+                                cases[i].kwargs["mask_prob"] ** 2, 0.0)
+        if problem:
+            return i, problem + "; each token must be selected independently of its position and neighbours"
+    return None
+
+
+def _replacement_problems(cases: list[Case], arrays: list[tuple]) -> tuple[int, str] | None:
+    """The 10% random ids are uniform over all of ``[0, vocab_size)``: in the small-vocabulary case (ids from
+    999 on), ids below ``vocab_size // 2`` other than ``mask_id`` appear at rate ``0.1 (V // 2 - 1) / V`` of
+    the selected tokens; and in the case of vocabulary 3, a random draw equals the original token one time
+    in three, so a selected token keeps its id at rate ``0.1 + 0.1 / 3``. ``(case index, message)`` or None."""
+    ids, special, inputs, labels = arrays[LOW_IDS]
+    mask_id, vocab = cases[LOW_IDS].args[1], cases[LOW_IDS].args[2]
+    selected = labels != IGNORE
+    low = selected & (inputs < vocab // 2) & (inputs != mask_id)
+    problem = _rate_problem(f"selected tokens replaced by a random id below {vocab // 2}", int(low.sum()),
+                            int(selected.sum()), 0.1 * (vocab // 2 - 1) / vocab, 0.0)
+    if problem:
+        return LOW_IDS, problem + "; random ids must be uniform over all of [0, vocab_size)"
+    ids, special, inputs, labels = arrays[TINY_VOCAB]
+    selected = labels != IGNORE
+    kept = int((selected & (inputs == ids)).sum())
+    problem = _rate_problem("selected tokens whose input is their original token", kept, int(selected.sum()),
+                            0.1 + 0.1 / 3, 0.0)
+    if problem:
+        return TINY_VOCAB, problem + "; a random id may equal the original token"
+    return None
 
 
 def mlm_statistics(cases: list[Case], returned: list[tuple]) -> str | None:
     """Among the non-special tokens, the fraction selected is ``mask_prob``; among the selected ones, 80% become
     ``mask_id`` and 10% stay unchanged (the other 10% are random tokens). A random draw may hit the mask id or
-    the original token: that moves the two rates by at most ``1 / vocab_size``, the slack allowed."""
+    the original token: that moves the two rates by at most ``1 / vocab_size``, the slack allowed. Then the
+    properties of :func:`_selection_problems` and :func:`_replacement_problems`."""
+    arrays = []
     for i, values in enumerate(returned):
-        arrays = _mlm_arrays(cases[i], values)
-        if isinstance(arrays, str):
-            return f"{_label(i, cases)}: {arrays}"
-        ids, special, inputs, labels = arrays
+        found = _mlm_arrays(cases[i], values)
+        if isinstance(found, str):
+            return f"{_label(i, cases)}: {found}"
+        arrays.append(found)
+        ids, special, inputs, labels = found
         mask_id, vocab_size = cases[i].args[1], cases[i].args[2]
         selected = (labels != IGNORE) & ~special
         n, k = int((~special).sum()), int(selected.sum())
@@ -166,6 +223,10 @@ def mlm_statistics(cases: list[Case], returned: list[tuple]) -> str | None:
         ):
             if problem:
                 return f"{_label(i, cases)}: {problem}"
+    found = _selection_problems(cases, arrays) or _replacement_problems(cases, arrays)
+    if found:
+        i, problem = found
+        return f"{_label(i, cases)}: {problem}"
     return None
 
 
@@ -187,8 +248,11 @@ def _bert_batch(rng, batch, length, vocab_size, max_padding):
     return ids, special
 
 
-def _mlm_case(ids, special, vocab_size, mask_prob):
-    return Case((ids, MASK, int(vocab_size), special), {"mask_prob": float(mask_prob)})
+def _mlm_case(ids, special, vocab_size, mask_prob, seed=None, mask_id=MASK, note=""):
+    kwargs = {"mask_prob": float(mask_prob)}
+    if seed is not None:
+        kwargs["rng"] = RngArg(int(seed))
+    return Case((ids, mask_id, int(vocab_size), special), kwargs, note=note)
 
 
 def _mlm_invariants(rng):
@@ -206,13 +270,27 @@ def _mlm_invariants(rng):
             _mlm_case(big, big_special, vocab, float(rng.uniform(0.1, 0.6)))]
 
 
+REPEATED, RESEEDED, LOW_IDS, TINY_VOCAB = 3, 4, 5, 6  # positions of the special cases of _mlm_statistics
+
+
 def _mlm_statistics(rng):
     # about 86,000 non-special tokens per case: 13,000 selected at 15%, a bound of about 3% on the 80/10/10 rates
     cases = []
-    for vocab, mask_prob in ((30522, 0.15), (int(rng.integers(1000, 50000)), 0.15),
-                             (int(rng.integers(1000, 50000)), float(rng.uniform(0.25, 0.5)))):
+    seeds = rng.choice(2**31, size=5, replace=False)
+    for seed, (vocab, mask_prob) in zip(seeds, ((30522, 0.15), (int(rng.integers(1000, 50000)), 0.15),
+                                                (int(rng.integers(1000, 50000)), float(rng.uniform(0.25, 0.5))))):
         ids, special = _bert_batch(rng, 192, 512, vocab, 128)
-        cases.append(_mlm_case(ids, special, vocab, mask_prob))
+        cases.append(_mlm_case(ids, special, vocab, mask_prob, seed, note="the rates on 192 x 512 tokens"))
+    first = cases[0]
+    cases.append(Case(first.args, dict(first.kwargs), note="case 1 again, the same rng seed"))  # REPEATED
+    cases.append(Case(first.args, dict(first.kwargs, rng=RngArg(int(seeds[3]))),
+                      note="case 1's ids under another rng seed"))  # RESEEDED
+    vocab = int(rng.integers(1000, 1900))  # LOW_IDS: every original id (>= 999) lies above vocab // 2
+    ids, special = _bert_batch(rng, 96, 512, vocab, 64)
+    cases.append(_mlm_case(ids, special, vocab, 0.5, seeds[4], note="a small vocabulary: random ids cover it all"))
+    tiny = rng.integers(0, 2, size=(192, 512))  # TINY_VOCAB: ids 0 and 1, mask_id 2, vocab_size 3
+    cases.append(_mlm_case(tiny, np.zeros(tiny.shape, dtype=bool), 3, 0.5, int(rng.integers(2**31)), mask_id=2,
+                           note="vocabulary 3: a random id may be the original"))
     return cases
 
 
@@ -237,24 +315,25 @@ def _mlm_loss_large(rng):
 
 
 def _t5_counts(rng):
-    fixed = [(10, 0.15, 3.0),   # 1.5 -> 2: round, not floor
-             (30, 0.15, 3.0),   # 4.5 -> 4: half to even, not half up
-             (50, 0.15, 3.0),   # 7.5 -> 8 (half to even goes up here), 8 / 3 -> 3
-             (190, 0.15, 3.0),  # float32: 190 * 0.15 = 28.500002 -> 29 (float64 gives 28.499999999999996 -> 28)
-             (20, 0.5, 4.0),    # 10 / 4 = 2.5 -> 2 spans
-             (512, 0.15, 3.0)]
+    fixed = [((10, 0.15, 3.0), "1.5 noise tokens: round, not floor"),
+             ((30, 0.15, 3.0), "4.5 noise tokens: half to even, not half up"),
+             ((50, 0.15, 3.0), "7.5 noise tokens: half to even goes up here"),
+             ((190, 0.15, 3.0), "float32 arithmetic: 190 * 0.15 is 28.500002 in float32"),
+             ((20, 0.5, 4.0), "2.5 spans: half to even"),
+             ((512, 0.15, 3.0), "the worked example")]
     drawn = [(int(rng.integers(40, 2049)), float(rng.choice([0.1, 0.15, 0.2, 0.3, 0.5])),
               float(rng.choice([2.0, 3.0, 3.5, 5.0]))) for _ in range(3)]
-    return [Case(args) for args in fixed + drawn]
+    return [Case(args, note=note) for args, note in fixed] + [Case(args, note="random arguments") for args in drawn]
 
 
 def _t5_counts_clipping(rng):
-    fixed = [(5, 0.01, 3.0),   # 0.05 -> 0 noise tokens: at least 1, and at least one span
-             (2, 0.9, 1.0),    # 1.8 -> 2 = length: at most length - 1
-             (4, 0.99, 1.0),   # 3.96 -> 4 = length -> 3 noise tokens, 3 spans
-             (10, 0.1, 3.0)]   # 1 noise token, 1 / 3 -> 0 spans -> at least 1
+    fixed = [((5, 0.01, 3.0), "0 noise tokens round up to 1, and one span"),
+             ((2, 0.9, 1.0), "as many noise tokens as tokens: at most length - 1"),
+             ((4, 0.99, 1.0), "at most length - 1 noise tokens, then as many spans"),
+             ((10, 0.1, 3.0), "0 spans round up to 1")]
     length = int(rng.integers(2, 31))
-    return [Case(args) for args in fixed + [(length, 0.01, 3.0), (int(rng.integers(2, 41)), 0.99, 1.0)]]
+    drawn = [((length, 0.01, 3.0), "almost no noise"), ((int(rng.integers(2, 41)), 0.99, 1.0), "almost all noise")]
+    return [Case(args, note=note) for args, note in fixed + drawn]
 
 
 T5_SENTINELS = np.arange(32099, 31999, -1)  # <extra_id_0> = 32099, <extra_id_1> = 32098, ... (T5's vocabulary)
@@ -312,14 +391,21 @@ def _best_span_ties(rng):
 
 
 CHECKS = {
-    "test_mlm_invariants": Check("mlm_mask", _mlm_invariants, ref_mlm_mask, verdict=mlm_invariants),
-    "test_mlm_statistics": Check("mlm_mask", _mlm_statistics, ref_mlm_mask, verdict=mlm_statistics),
+    "test_mlm_invariants": Check("mlm_mask", _mlm_invariants, ref_mlm_mask, verdict=mlm_invariants,
+                                 returns=("inputs", "labels")),
+    "test_mlm_statistics": Check("mlm_mask", _mlm_statistics, ref_mlm_mask, verdict=mlm_statistics,
+                                 returns=("inputs", "labels")),
     "test_mlm_loss": Check("mlm_loss", _mlm_loss, ref_mlm_loss, rtol=1e-6, atol=1e-9),
     "test_mlm_loss_large_logits": Check("mlm_loss", _mlm_loss_large, ref_mlm_loss, rtol=1e-6, atol=1e-9),
-    "test_t5_counts": Check("t5_span_counts", _t5_counts, ref_t5_counts, rtol=0, atol=0),
-    "test_t5_counts_clipping": Check("t5_span_counts", _t5_counts_clipping, ref_t5_counts, rtol=0, atol=0),
-    "test_t5_corruption": Check("t5_span_corruption", _t5_corruption, ref_t5_corruption, rtol=0, atol=0),
-    "test_t5_corruption_edges": Check("t5_span_corruption", _t5_corruption_edges, ref_t5_corruption, rtol=0, atol=0),
-    "test_best_span": Check("best_span", _best_span, ref_best_span, rtol=0, atol=0),
-    "test_best_span_ties": Check("best_span", _best_span_ties, ref_best_span, rtol=0, atol=0),
+    "test_t5_counts": Check("t5_span_counts", _t5_counts, ref_t5_counts, rtol=0, atol=0,
+                            returns=("n_noise", "n_spans")),
+    "test_t5_counts_clipping": Check("t5_span_counts", _t5_counts_clipping, ref_t5_counts, rtol=0, atol=0,
+                                     returns=("n_noise", "n_spans")),
+    "test_t5_corruption": Check("t5_span_corruption", _t5_corruption, ref_t5_corruption, rtol=0, atol=0,
+                                returns=("inputs", "targets")),
+    "test_t5_corruption_edges": Check("t5_span_corruption", _t5_corruption_edges, ref_t5_corruption, rtol=0, atol=0,
+                                      returns=("inputs", "targets")),
+    "test_best_span": Check("best_span", _best_span, ref_best_span, rtol=0, atol=0, returns=("start", "end")),
+    "test_best_span_ties": Check("best_span", _best_span_ties, ref_best_span, rtol=0, atol=0,
+                                 returns=("start", "end")),
 }

@@ -17,10 +17,21 @@ The MinHash signature is graded by its statistics, not its values (students choo
   = 6e-12``; (2) the dispersion ``V = sum_k (c_k - n J_k)^2 / (n J_k (1 - J_k)) <= 3 K`` over the ``K = 100``
   pairs with ``0 < J < 1``: ``V`` is about ``K`` for an honest solution (a Chernoff bound from the exact binomial
   distributions gives a failure probability of 4e-18, see tests/test_assignments.py) and about ``n K`` when
-  one hash function is reused ``n`` times (all positions collide or none). (3) identical sets collide everywhere.
+  one hash function is reused ``n`` times (all positions collide or none); and ``V >= K / 4``, since signatures
+  made to agree in exactly ``n J_k`` positions (a function that remembers the pair's first set) have ``V`` near 0
+  (an honest solution fails this with probability below 2e-14, the same Chernoff bound for the lower tail).
+  (3) identical sets collide everywhere.
+  The same two tests run again on 100 pairs whose unions have only 10 to 20 items, where dependent hash
+  functions show (one multiplier ``a`` shared by all positions: about 10 times the binomial spread); there the
+  honest bias is 0.0017 +- 0.0011 (1,500 pairs), inside the 0.003 that the bounds assume.
+- ``test_minhash_signature`` also checks the family the notebook prescribes, ``(a_i x + b_i) mod P`` of
+  ``x = stable_hash(item)``, on three one-item sets (``_affine_problem``): Python's ``hash()``, arithmetic
+  that overflows int64 (``P = 2**61 - 1``) and a shared ``a`` fail it.
 """
 
 from __future__ import annotations
+
+import hashlib
 
 import numpy as np
 
@@ -35,6 +46,7 @@ NUM_PERM = 128
 COLLISION_PAIRS = 100
 MEAN_TOLERANCE = 0.035
 DISPERSION_FACTOR = 3.0
+DISPERSION_FLOOR = 0.25
 
 WORDS = (
     "the a of to and in that it with for on as was at by from this have be are not but all they one we can "
@@ -158,18 +170,53 @@ def _pair_with_jaccard(rng, tag):
     return a, [b[i] for i in order], j
 
 
+def stable_hash(item: str) -> int:
+    """The notebook's ``stable_hash``: the first 8 bytes of the item's BLAKE2b digest, little-endian, modulo P."""
+    return int.from_bytes(hashlib.blake2b(item.encode("utf-8"), digest_size=8).digest(), "little") % PRIME
+
+
+SINGLETONS = 8  # _minhash_signature's cases 8, 9, 10: three one-item sets under one seed
+
+
 def _minhash_signature(rng):
     items = _fresh_items(rng, 30, "p")
     seed = int(rng.integers(0, 2**31))
     other = (seed + 1 + int(rng.integers(0, 1000))) % 2**31
-    return [Case((items, 16, seed)),
-            Case((items[::-1] + items[:5], 16, seed)),
-            Case((items, 16, other)),
-            Case((_fresh_items(rng, 5, "q"), 1, int(rng.integers(0, 2**31)))),
-            Case((_fresh_items(rng, 12, "r"), 7), {"seed": int(rng.integers(0, 2**31))}),
-            Case((_fresh_items(rng, 50, "s"), 200, int(rng.integers(0, 2**31)))),
-            Case(([], 8, seed)),
-            Case((_fresh_items(rng, 3, "t"),))]
+    singles_seed = int(rng.integers(0, 2**31))
+    return [Case((items, 16, seed), note="30 items"),
+            Case((items[::-1] + items[:5], 16, seed), note="the same set reversed, with repeats, the same seed"),
+            Case((items, 16, other), note="the same set under another seed"),
+            Case((_fresh_items(rng, 5, "q"), 1, int(rng.integers(0, 2**31))), note="num_perm 1"),
+            Case((_fresh_items(rng, 12, "r"), 7), {"seed": int(rng.integers(0, 2**31))}, note="seed by keyword"),
+            Case((_fresh_items(rng, 50, "s"), 200, int(rng.integers(0, 2**31))), note="more hash functions than items"),
+            Case(([], 8, seed), note="the empty set"),
+            Case((_fresh_items(rng, 3, "t"),), note="the default num_perm and seed")] + [
+            Case(([item], 64, singles_seed), note="one item: (a_i stable_hash(item) + b_i) mod P")
+            for item in _fresh_items(rng, 3, "u")]
+
+
+def _affine_problem(cases, sigs) -> str | None:
+    """The three one-item sets ``{u_1}, {u_2}, {u_3}`` under one seed give ``s_k[i] = (a_i x_k + b_i) mod P`` with
+    ``x_k = stable_hash(u_k)``, whatever ``a_i`` and ``b_i`` are: so ``a_i = (s_2 - s_1) / (x_2 - x_1) mod P``,
+    and ``s_3 - s_1 = a_i (x_3 - x_1) mod P`` must hold at every position. It fails for any other hash of the
+    items (Python's ``hash()``) or arithmetic that is not modulo P (an int64 product that overflows). The
+    ``a_i`` must also differ between positions: at least half of them distinct (64 draws from ``[1, P)`` all
+    differ with probability ``1 - 1e-6``; one shared ``a`` gives one value)."""
+    x = [stable_hash(case.args[0][0]) for case in cases[SINGLETONS:SINGLETONS + 3]]
+    s = [[int(v) for v in sig] for sig in sigs[SINGLETONS:SINGLETONS + 3]]
+    if len({x[0], x[1], x[2]}) < 3:
+        return None  # three items with equal hashes: nothing to learn (probability about 1e-18)
+    inverse = pow(x[1] - x[0], -1, PRIME)
+    multipliers = [(s[1][i] - s[0][i]) * inverse % PRIME for i in range(len(s[0]))]
+    for i, a in enumerate(multipliers):
+        if (s[2][i] - s[0][i]) % PRIME != a * (x[2] - x[0]) % PRIME:
+            return (f"at position {i}, the signatures of three one-item sets are not (a * x + b) mod P of x = "
+                    "stable_hash(item) for any a and b: hash each item with stable_hash and compute "
+                    "(a * x + b) mod P exactly (a * x < 2**62 fits in int64 only with P = 2**31 - 1)")
+    if len(set(multipliers)) < len(multipliers) // 2:
+        return (f"the {len(multipliers)} hash functions share their multiplier a ({len(set(multipliers))} distinct "
+                "value(s)): draw a separate a_i (and b_i) for every position")
+    return None
 
 
 def _minhash_collisions(rng):
@@ -181,7 +228,25 @@ def _minhash_collisions(rng):
     for k in range(COLLISION_PAIRS):
         a, b, _ = _pair_with_jaccard(rng, f"k{k}")
         cases += [Case((a, NUM_PERM, seeds[k + 2])), Case((b, NUM_PERM, seeds[k + 2]))]
+    for k, seed in enumerate(rng.integers(0, 2**31, COLLISION_PAIRS)):  # the small unions, after the large ones
+        a, b = _small_pair_with_jaccard(rng, f"small{k}")
+        cases += [Case((a, NUM_PERM, int(seed))), Case((b, NUM_PERM, int(seed)))]
     return cases
+
+
+def _small_pair_with_jaccard(rng, tag):
+    """Two lists of distinct items whose union has 10 to 20 items and whose Jaccard similarity is in [0.2, 0.8]:
+    where the hash functions of a signature are dependent (one multiplier a shared by all positions), they
+    agree or differ together far more often on few items (the spread is about 10 times the binomial one)."""
+    while True:
+        union = int(rng.integers(10, 21))
+        common = int(rng.integers(1, union))
+        if 0.2 <= common / union <= 0.8:
+            break
+    only_a = int(rng.integers(0, union - common + 1))
+    items = _fresh_items(rng, union, tag)
+    a, b = items[:common + only_a], items[:common] + items[common + only_a:]
+    return a, [b[i] for i in rng.permutation(len(b))]
 
 
 def _signature_problem(values, case) -> str | None:
@@ -210,6 +275,9 @@ def _verdict_signature(cases, outputs) -> str | None:
                 "signature: the signature must depend on the set and the seed only")
     if np.array_equal(first, other_seed):
         return "two different seeds gave the same signature: the seed must choose the hash functions"
+    problem = _affine_problem(cases, [v[0] for v in outputs])
+    if problem:
+        return f"hidden cases {SINGLETONS + 1} to {SINGLETONS + 3} of {len(cases)} (one item each, one seed): {problem}"
     return None
 
 
@@ -227,17 +295,28 @@ def _verdict_collisions(cases, outputs) -> str | None:
         similarities.append(len(set(a) & set(b)) / len(set(a) | set(b)))
         counts.append(int(np.sum(sigs[2 * k] == sigs[2 * k + 1])))
     counts, j = np.array(counts), np.array(similarities)
+    large = COLLISION_PAIRS + 1  # the disjoint pair and the pairs of 40 to 240 items; then the small unions
+    return (_collision_problem(counts[:large], j[:large], "pairs of sets")
+            or _collision_problem(counts[large:], j[large:], "pairs of sets with 10 to 20 items in all"))
+
+
+def _collision_problem(counts, j, what) -> str | None:
+    """The mean test and the dispersion test of the module docstring on one group of pairs."""
     rate, mean_j = counts.sum() / (NUM_PERM * len(counts)), j.mean()
     if abs(rate - mean_j) > MEAN_TOLERANCE:
-        return (f"over {len(counts)} pairs of sets, signatures agree in {rate:.3f} of their positions but the mean "
+        return (f"over {len(counts)} {what}, signatures agree in {rate:.3f} of their positions but the mean "
                 f"Jaccard similarity is {mean_j:.3f}: the collision rate must estimate the Jaccard similarity "
                 f"(an honest MinHash is off by more than {MEAN_TOLERANCE} with probability below 1e-9)")
     inside = (j > 0) & (j < 1)
     v = np.sum((counts[inside] - NUM_PERM * j[inside]) ** 2 / (NUM_PERM * j[inside] * (1 - j[inside])))
     if v > DISPERSION_FACTOR * inside.sum():
-        return (f"the number of agreeing positions varies {v / inside.sum():.1f} times as much between pairs as "
-                f"with {NUM_PERM} independent hash functions: does every position use its own hash function "
-                "(its own a and b)?")
+        return (f"over {len(counts)} {what}, the number of agreeing positions varies {v / inside.sum():.1f} times "
+                f"as much between pairs as with {NUM_PERM} independent hash functions: does every position use "
+                "its own hash function (its own a and b)?")
+    if v < DISPERSION_FLOOR * inside.sum():
+        return (f"over {len(counts)} {what}, the number of agreeing positions varies only {v / inside.sum():.2f} "
+                f"times as much between pairs as with {NUM_PERM} independent hash functions: the signatures must "
+                "be random estimates of the Jaccard similarity, computed from each set alone")
     return None
 
 
@@ -361,11 +440,27 @@ def email_ip_text(rng) -> tuple[str, str]:
     return _fill(str(rng.choice(templates)), values)
 
 
+def not_ipv4_text(rng) -> str:
+    """A sentence with dotted numbers that are not IPv4 addresses (an octet above 255, a fifth number, letters
+    around): redact_pii must leave it unchanged."""
+    octets = [str(int(o)) for o in rng.integers(0, 256, 4)]
+    big = octets.copy()
+    big[int(rng.integers(0, 4))] = str(int(rng.integers(256, 1000)))
+    forms = [".".join(big), ".".join(octets + [str(int(rng.integers(0, 256)))]),
+             "v" + ".".join(octets), ".".join(octets) + "a"]
+    first, second = rng.choice(len(forms), 2, replace=False)
+    return f"Build {forms[first]} replaced {forms[second]} last week."
+
+
 def _pii_email_ip(rng):
     edge = ["Write to jane.doe+jobs@mail.example.org today.", "Questions? Ask info@example.co.uk.",
             "Blocked 203.0.113.45 and 10.0.0.1.", "Either a.b@example.com or A.B@EXAMPLE.COM, from 192.168.1.255",
-            "No personal data in this sentence."]
-    return [Case((t,)) for t in edge] + [Case((email_ip_text(rng)[0],)) for _ in range(6)]
+            "No personal data in this sentence.",
+            "Not addresses: 999.10.1.1, 10.0.2.300, 010.1.1.1, 1.2.3.4.5 and x1.2.3.4 stay."]
+    return ([Case((t,), note="an example of the text") for t in edge[:5]]
+            + [Case((edge[5],), note="dotted numbers that are not IPv4 addresses")]
+            + [Case((email_ip_text(rng)[0],), note="new addresses in a sentence") for _ in range(6)]
+            + [Case((not_ipv4_text(rng),), note="dotted numbers that are not IPv4 addresses") for _ in range(3)])
 
 
 def _digits(rng, n):
