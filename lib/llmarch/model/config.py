@@ -8,12 +8,19 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
+from llmarch.efficient.dispatch import MODEL_BACKENDS
 from llmarch.layers import FFNS, NORMS, swiglu_hidden_size
 from llmarch.positional import POS_ENCODINGS, RotaryEmbedding, check_rope_scaling
 
 __all__ = ["GPTConfig", "gpt1_config", "gpt2_config", "llama_config", "tiny_gpt_config", "ROPE_LAYOUTS"]
 
 ROPE_LAYOUTS = ("interleaved", "half")
+
+
+def check_attn_backend(config_name: str, backend) -> None:
+    """Raise ``ValueError`` unless ``backend`` is one of ``MODEL_BACKENDS`` (for ``config_name.attn_backend``)."""
+    if backend not in MODEL_BACKENDS:
+        raise ValueError(f"{config_name}.attn_backend must be one of {MODEL_BACKENDS}, got {backend!r}")
 
 
 @dataclass
@@ -34,6 +41,9 @@ class GPTConfig:
       Shazeer, 2019). ``bias``: biases of the attention projections; ``mlp_bias``: of the FFN (default
       ``bias``). ``tie_embeddings``: the output layer shares the token embedding (Press & Wolf, 2017).
     - ``scale_embeddings``: multiply token embeddings by ``sqrt(d_model)``, as Vaswani et al. (2017) do.
+    - ``attn_backend``: the attention kernel of every layer, one of ``llmarch.efficient.MODEL_BACKENDS``
+      (``reference``, the default and the only one that returns attention weights; ``sdpa``, ``flash``,
+      ``triton``, ``flex``, ``auto``); see ``llmarch.attention.MultiHeadAttention``.
     """
 
     vocab_size: int
@@ -58,8 +68,10 @@ class GPTConfig:
     rotary_fraction: float = 1.0
     rope_scaling: dict | None = None
     scale_embeddings: bool = False
+    attn_backend: str = "reference"
 
     def __post_init__(self):
+        check_attn_backend("GPTConfig", self.attn_backend)
         if self.pos_encoding not in POS_ENCODINGS:
             raise ValueError(f"GPTConfig.pos_encoding must be one of {POS_ENCODINGS}, got {self.pos_encoding!r}")
         for name in ("vocab_size", "context_length", "d_model", "n_layers", "n_heads"):
