@@ -135,17 +135,17 @@ class MultiHeadAttention(nn.Module):
         other encodings return q, k unchanged."""
         if self.pos_encoding != "rope":
             return q, k
-        seq_len = None  # known without reading the positions back from the device
+        seq_len = key = None  # known without reading the positions back from the device
         if positions is None:
             positions = torch.arange(past, past + q.shape[-2], device=q.device)
-            seq_len = past + q.shape[-2]
+            seq_len = key = past + q.shape[-2]  # the table of positions past..seq_len-1, shared by the layers
         batch, t_new = q.shape[0], q.shape[-2]
         if tuple(positions.shape) not in ((t_new,), (batch, t_new)):
             raise ValueError(f"positions has shape {shape_str(positions.shape)}: expected ({t_new},) for every row "
                              f"or ({batch}, {t_new}) for each row of the batch")
         if positions.dim() == 2:
             positions = positions[:, None, :]  # (B, 1, T): the same positions for every head of a row
-        return self.rotary(q, positions, seq_len), self.rotary(k, positions, seq_len)
+        return self.rotary.rotate(q, k, positions, seq_len, key=None if key is None else (past, key))
 
     def position_bias(self, t_q: int, t_k: int, bias=None, like: torch.Tensor | None = None):
         """Add ALiBi's or T5's bias ``(H, t_q, t_k)`` to ``bias``; queries are the last ``t_q`` of the

@@ -136,7 +136,13 @@ def apply_rope(x: torch.Tensor, positions: torch.Tensor | None = None, base: flo
             raise ValueError(f"inv_freq has shape {shape_str(inv_freq.shape)} but x has {d} features: expected ({d // 2},)")
         angles = _positions_for(x, positions).to(torch.float64)[..., None] * inv_freq.to(x.device, torch.float64)
     # cos and sin in float64, then cast: a float32 angle at position 1e5 is already off by ~5e-3 rad
-    cos, sin = torch.cos(angles).to(x.dtype), torch.sin(angles).to(x.dtype)
+    return _rotate_pairs(x, torch.cos(angles).to(x.dtype), torch.sin(angles).to(x.dtype), interleaved)
+
+
+def _rotate_pairs(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, interleaved: bool) -> torch.Tensor:
+    """``(a, b) -> (a cos - b sin, a sin + b cos)`` on the feature pairs of ``x (..., T, d)``; ``cos``, ``sin``
+    broadcast to ``(..., T, d/2)``."""
+    d = x.shape[-1]
     if interleaved:
         a, b = x[..., 0::2], x[..., 1::2]
         return torch.stack((a * cos - b * sin, a * sin + b * cos), dim=-1).flatten(-2)
@@ -293,7 +299,9 @@ class RotaryEmbedding(_ExactBuffers):
     Call it as ``rope(x, positions, seq_len=None)`` with ``x (..., T, d_head)`` and positions broadcastable to
     ``(..., T)``. The frequencies are the float64 buffer ``inv_freq (rotary_dim/2,)``, which ``.to(device)``
     moves (and no dtype cast rounds); dynamic NTK scaling recomputes them for the current length ``seq_len``
-    (default ``max(positions) + 1``, which reads the positions back from the device).
+    (default ``max(positions) + 1``, which reads the positions back from the device). ``rotate(q, k, positions,
+    seq_len, key)`` rotates both with one cos/sin table, and reuses the last table while ``key`` (any hashable
+    naming the positions, e.g. ``(past, T)``) is unchanged: the layers of a model share one RoPE and one table.
     """
 
     def __init__(self, d_head: int, base: float = 10000.0, interleaved: bool = True, rotary_dim: int | None = None,
@@ -307,6 +315,7 @@ class RotaryEmbedding(_ExactBuffers):
         inv_freq, self.attention_factor = rope_frequencies(rotary_dim, base, self.scaling,
                                                            max_position_embeddings=max_position_embeddings)
         self._register_exact("inv_freq", inv_freq)
+        self._table = (None, None, None)  # (key, cos, sin) of the last call of rotate
 
     def extra_repr(self) -> str:
         return (f"d_head={self.d_head}, rotary_dim={self.rotary_dim}, base={self.base}, "
@@ -315,15 +324,38 @@ class RotaryEmbedding(_ExactBuffers):
     def forward(self, x: torch.Tensor, positions: torch.Tensor, seq_len: int | None = None) -> torch.Tensor:
         if x.shape[-1] != self.d_head:
             raise ValueError(f"x has shape {shape_str(x.shape)} but this RoPE is for d_head={self.d_head}")
+        return self.rotate(x, None, positions, seq_len)[0]
+
+    def _cos_sin(self, x: torch.Tensor, positions: torch.Tensor, seq_len: int | None):
+        """cos and sin ``(..., T, rotary_dim/2)`` in ``x``'s dtype, times the scaling's attention factor."""
         inv_freq, factor = self.inv_freq, self.attention_factor
         if self.scaling is not None and self.scaling["rope_type"] == "dynamic":
             if seq_len is None:
                 seq_len = int(positions.max()) + 1 if positions.numel() else 0
             inv_freq, factor = rope_frequencies(self.rotary_dim, self.base, self.scaling, seq_len,
                                                 self.max_position_embeddings)
-        rotated = apply_rope(x[..., : self.rotary_dim], positions, interleaved=self.interleaved, inv_freq=inv_freq)
-        if factor != 1.0:
-            rotated = rotated * factor
+        angles = positions.to(x.device, torch.float64)[..., None] * inv_freq.to(x.device)
+        return (torch.cos(angles) * factor).to(x.dtype), (torch.sin(angles) * factor).to(x.dtype)
+
+    def rotate(self, q: torch.Tensor, k: torch.Tensor | None, positions: torch.Tensor, seq_len: int | None = None,
+               key=None):
+        """``(rope(q), rope(k))`` (``k`` may be None) with one cos/sin table; see the class docstring."""
+        for name, t in (("q", q), ("k", k)):
+            if t is not None and t.shape[-1] != self.d_head:
+                raise ValueError(f"{name} has shape {shape_str(t.shape)} but this RoPE is for d_head={self.d_head}")
+        if positions.shape[-1] != q.shape[-2]:
+            raise ValueError(f"positions has shape {shape_str(positions.shape)} but x has {q.shape[-2]} positions "
+                             "(dimension -2)")
+        full_key = None if key is None else (key, seq_len, q.device, q.dtype)
+        if full_key is not None and self._table[0] == full_key:
+            cos, sin = self._table[1:]
+        else:
+            cos, sin = self._cos_sin(q, positions, seq_len)
+            self._table = (full_key, cos, sin)
+        return tuple(None if t is None else self._rotate_part(t, cos, sin) for t in (q, k))
+
+    def _rotate_part(self, x, cos, sin):
+        rotated = _rotate_pairs(x[..., : self.rotary_dim], cos, sin, self.interleaved)
         if self.rotary_dim == self.d_head:
             return rotated
         return torch.cat((rotated, x[..., self.rotary_dim :]), dim=-1)
