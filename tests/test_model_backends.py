@@ -216,3 +216,15 @@ def test_models_on_triton_in_the_interpreter_equal_reference():
     assert result.returncode == 0, result.stderr[-3000:]
     for name, errs in json.loads(result.stdout.strip().splitlines()[-1]).items():
         assert max(errs) < 1e-5, (name, errs)  # float32 throughout, dots in "ieee" float32
+
+
+def test_training_runs_on_sdpa_and_gives_each_layer_its_backend_back(monkeypatch):
+    from llmarch.train import train
+
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(**TINY))
+    seen = []
+    monkeypatch.setattr(dispatch, "_sdpa", lambda *args: seen.append(1) or F.scaled_dot_product_attention(
+        *args[:3], attn_mask=None, is_causal=True))
+    train(model, torch.randint(0, 40, (400,)), steps=2, context_length=16, batch_size=2)
+    assert seen and all(m.backend == "reference" for m in model.modules() if isinstance(m, MultiHeadAttention))

@@ -13,6 +13,8 @@ the other attention backends (``llmarch.efficient``) sit between them and ``Mult
 
 from __future__ import annotations
 
+import contextlib
+
 import torch
 from torch import nn
 
@@ -29,6 +31,7 @@ __all__ = [
     "MultiHeadAttention",
     "multi_head_attention_additive",
     "set_attention_backend",
+    "attention_backend",
 ]
 
 # doctest.testmod(llmarch.attention) only collects objects defined here: list the re-exported functions too.
@@ -277,3 +280,20 @@ def set_attention_backend(model: nn.Module, backend: str) -> nn.Module:
     if hasattr(getattr(model, "config", None), "attn_backend"):
         model.config.attn_backend = backend
     return model
+
+
+@contextlib.contextmanager
+def attention_backend(model: nn.Module, backend: str | None):
+    """``with attention_backend(model, "sdpa"):`` every :class:`MultiHeadAttention` of ``model`` uses
+    ``backend`` inside the block and its own backend again after it (``None``: no change). Book: Efficient
+    attention, "GPU paths"."""
+    layers = {m: m.backend for m in model.modules() if isinstance(m, MultiHeadAttention)}
+    if backend is not None:
+        _check_backend(backend)
+        for m in layers:
+            m.backend = backend
+    try:
+        yield model
+    finally:
+        for m, own in layers.items():
+            m.backend = own
