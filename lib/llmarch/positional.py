@@ -346,7 +346,8 @@ class RotaryEmbedding(_ExactBuffers):
         if positions.shape[-1] != q.shape[-2]:
             raise ValueError(f"positions has shape {shape_str(positions.shape)} but x has {q.shape[-2]} positions "
                              "(dimension -2)")
-        full_key = None if key is None else (key, seq_len, q.device, q.dtype)
+        # an inference-mode table cannot be saved for a later backward: the mode is part of the key
+        full_key = None if key is None else (key, seq_len, q.device, q.dtype, torch.is_inference_mode_enabled())
         if full_key is not None and self._table[0] == full_key:
             cos, sin = self._table[1:]
         else:
