@@ -24,6 +24,11 @@ def check_tensor(name: str, t, dims: int | None = None, min_dim: int | None = No
         raise ValueError(f"{name} must be a floating-point tensor, got dtype {t.dtype}")
 
 
+def has_values(t: torch.Tensor) -> bool:
+    """False for a tensor on the meta device (shapes only): checks that read values skip it."""
+    return t.device.type != "meta"
+
+
 def check_text(name: str, text) -> None:
     """Raise ``ValueError`` naming ``name`` unless ``text`` is a ``str`` (bytes and None are refused)."""
     if not isinstance(text, str):

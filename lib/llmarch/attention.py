@@ -5,17 +5,23 @@ Book: Attention (``book/attention.md``).
 Conventions (DESIGN.md): tensors are laid out ``(batch..., seq, features)``; per-head tensors are
 ``(B, H, T, d_head)``; a boolean mask holds **True where a query may attend to a key** (the convention
 of ``torch.nn.functional.scaled_dot_product_attention``); an additive mask holds 0 and -inf.
+
+The reference functions live in :mod:`llmarch.reference_attention` and are re-exported here; the kernels of
+the other attention backends (``llmarch.efficient``) sit between them and ``MultiHeadAttention``:
+``reference_attention -> efficient -> attention``, with no cycle.
 """
 
 from __future__ import annotations
 
-import math
+import contextlib
 
 import torch
 from torch import nn
 
-from llmarch._checks import check_qkv, check_tensor, shape_str
-from llmarch.positional import POS_ENCODINGS, KerpleBias, RotaryEmbedding, T5RelativeBias, alibi_bias
+from llmarch._checks import check_tensor, shape_str
+from llmarch.efficient.dispatch import MODEL_BACKENDS, attention
+from llmarch.positional import POS_ENCODINGS, ALiBi, KerpleBias, RotaryEmbedding, T5RelativeBias
+from llmarch.reference_attention import causal_mask, scaled_dot_product_attention, softmax, to_additive_mask
 
 __all__ = [
     "softmax",
@@ -24,134 +30,12 @@ __all__ = [
     "scaled_dot_product_attention",
     "MultiHeadAttention",
     "multi_head_attention_additive",
+    "set_attention_backend",
+    "attention_backend",
 ]
 
-
-def softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
-    """Numerically stable softmax along ``dim``.
-
-    Book: Attention, "Softmax".
-
-    ``softmax(x)_i = exp(x_i - max_j x_j) / sum_k exp(x_k - max_j x_j)``; subtracting the maximum changes
-    nothing mathematically (numerator and denominator share the factor ``exp(-max)``) but keeps every
-    exponent <= 0, so ``softmax([1000., 0.])`` is ``[1., 0.]`` instead of ``nan``.
-    A slice that is entirely -inf (nothing to attend to) gives all zeros rather than ``nan``.
-
-    >>> softmax(torch.tensor([2.0, 2.0, 2.0]))
-    tensor([0.3333, 0.3333, 0.3333])
-    """
-    check_tensor("x", x, floating=True)
-    row_max = x.amax(dim=dim, keepdim=True)
-    row_max = torch.where(torch.isfinite(row_max), row_max, torch.zeros_like(row_max))
-    exps = torch.exp(x - row_max)
-    total = exps.sum(dim=dim, keepdim=True)
-    return exps / torch.where(total > 0, total, torch.ones_like(total))
-
-
-def causal_mask(t_q: int, t_k: int | None = None, offset: int = 0, device=None) -> torch.Tensor:
-    """Boolean causal mask of shape ``(t_q, t_k)``: ``mask[i, j] = j <= i + offset`` (True = may attend).
-
-    Book: Attention, "Masked attention".
-
-    With ``offset=0`` this is the lower-triangular mask that ``is_causal=True`` means in
-    ``torch.nn.functional.scaled_dot_product_attention`` (top-left aligned). When ``t_q`` new queries
-    follow ``t_k - t_q`` cached keys, pass ``offset = t_k - t_q`` so query ``i`` sits at absolute
-    position ``i + offset``.
-
-    >>> causal_mask(3).int()
-    tensor([[1, 0, 0],
-            [1, 1, 0],
-            [1, 1, 1]], dtype=torch.int32)
-    """
-    t_k = t_q if t_k is None else t_k
-    if t_q < 0 or t_k < 0:
-        raise ValueError(f"causal_mask needs non-negative lengths, got t_q={t_q}, t_k={t_k}")
-    i = torch.arange(t_q, device=device).unsqueeze(1)
-    j = torch.arange(t_k, device=device).unsqueeze(0)
-    return j <= i + offset
-
-
-def to_additive_mask(mask: torch.Tensor, dtype: torch.dtype = torch.float32) -> torch.Tensor:
-    """Turn a boolean mask (True = may attend) into the additive mask ``M`` with 0 and -inf.
-
-    Book: Attention, "Masked attention": ``M_ij = 0`` if query ``i`` may see key ``j``, else ``-inf``;
-    ``M`` is added to the scores before the softmax. A floating mask is returned unchanged (cast to
-    ``dtype``).
-    """
-    check_tensor("mask", mask)
-    if mask.dtype == torch.bool:
-        additive = torch.zeros(mask.shape, dtype=dtype, device=mask.device)
-        return additive.masked_fill(~mask, float("-inf"))
-    if not mask.is_floating_point():
-        raise ValueError(f"mask must be bool (True = may attend) or floating (additive), got dtype {mask.dtype}")
-    return mask.to(dtype)
-
-
-def _broadcast_or_raise(name: str, t: torch.Tensor, target: tuple[int, ...]) -> None:
-    try:
-        shape = torch.broadcast_shapes(t.shape, target)
-    except RuntimeError:
-        shape = None
-    if shape != tuple(target):
-        raise ValueError(
-            f"{name} has shape {shape_str(t.shape)} but the attention scores have shape {shape_str(target)}: "
-            f"{name} must broadcast to (..., t_q, t_k)"
-        )
-
-
-def scaled_dot_product_attention(
-    q: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    mask: torch.Tensor | None = None,
-    bias: torch.Tensor | None = None,
-    is_causal: bool = False,
-    scale: float | None = None,
-    return_weights: bool = False,
-):
-    """``softmax(q k^T * scale + bias + M) v``, with ``scale = 1 / sqrt(d_k)`` by default.
-
-    Book: Attention, "Scaled dot-product attention" (Vaswani et al., 2017, eq. 1).
-
-    Shapes: ``q (..., t_q, d_k)``, ``k (..., t_k, d_k)``, ``v (..., t_k, d_v)`` -> ``(..., t_q, d_v)``;
-    leading dimensions broadcast. ``mask`` is boolean (True = may attend) or additive (0 / -inf) and
-    broadcasts to ``(..., t_q, t_k)``; ``bias`` is an additive float tensor of the same broadcast shape
-    (ALiBi, T5 buckets). ``is_causal`` applies ``causal_mask(t_q, t_k)`` on top of ``mask``.
-    A query whose keys are all masked gets an output of zeros (as torch's SDPA does).
-    With ``return_weights=True`` also returns the attention weights ``(..., t_q, t_k)``.
-    """
-    check_qkv(q, k, v)
-    try:
-        batch = torch.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
-    except RuntimeError:
-        raise ValueError(
-            f"q {shape_str(q.shape)}, k {shape_str(k.shape)} and v {shape_str(v.shape)} have batch "
-            "dimensions that do not broadcast"
-        ) from None
-    score_shape = (*batch, q.shape[-2], k.shape[-2])
-    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
-
-    scores = torch.matmul(q, k.transpose(-2, -1)) * scale
-    if bias is not None:
-        check_tensor("bias", bias, floating=True)
-        _broadcast_or_raise("bias", bias, score_shape)
-        scores = scores + bias
-    allowed = None
-    if mask is not None:
-        check_tensor("mask", mask)
-        _broadcast_or_raise("mask", mask, score_shape)
-        if mask.dtype == torch.bool:
-            allowed = mask
-        else:
-            scores = scores + to_additive_mask(mask, scores.dtype)
-    if is_causal:
-        tri = causal_mask(q.shape[-2], k.shape[-2], device=q.device)
-        allowed = tri if allowed is None else allowed & tri
-    if allowed is not None:
-        scores = scores.masked_fill(~allowed, float("-inf"))
-    weights = softmax(scores, dim=-1)
-    out = torch.matmul(weights, v)
-    return (out, weights) if return_weights else out
+# doctest.testmod(llmarch.attention) only collects objects defined here: list the re-exported functions too.
+__test__ = {f.__name__: f for f in (softmax, causal_mask, to_additive_mask, scaled_dot_product_attention)}
 
 
 class MultiHeadAttention(nn.Module):
@@ -174,6 +58,12 @@ class MultiHeadAttention(nn.Module):
     nothing here: absolute encodings are added to the input embeddings (see ``llmarch.model.GPT``).
     RoPE is ``rotary`` (a ``llmarch.positional.RotaryEmbedding``: layout, partial rotation, scaling); by
     default the full, interleaved, unscaled rotation with base ``rope_base``.
+
+    ``backend`` picks the attention kernel (``llmarch.efficient.attention``): ``"reference"`` (default) is
+    :func:`scaled_dot_product_attention` and the only one that returns the weights; ``"sdpa"``, ``"flash"``,
+    ``"triton"``, ``"flex"`` and ``"auto"`` compute the same result without forming them (SDPA and Flex share
+    key/value heads without repeating them). A mask, a bias or attention dropout that a backend cannot take
+    raises an error that names the backends that can. Change it later with :func:`set_attention_backend`.
     """
 
     def __init__(
@@ -193,8 +83,11 @@ class MultiHeadAttention(nn.Module):
         kerple_variant: str = "log",
         qk_norm: bool = False,
         qk_norm_eps: float = 1e-6,
+        backend: str = "reference",
     ):
         super().__init__()
+        _check_backend(backend)
+        self.backend = backend
         if pos_encoding not in POS_ENCODINGS:
             raise ValueError(f"pos_encoding must be one of {POS_ENCODINGS}, got {pos_encoding!r}")
         n_kv_heads = n_heads if n_kv_heads is None else n_kv_heads
@@ -227,6 +120,7 @@ class MultiHeadAttention(nn.Module):
         # which bounds the attention logits by |g_q| |g_k| sqrt(d_head) whatever the weights grow to.
         self.q_norm = nn.RMSNorm(d_head, eps=qk_norm_eps) if qk_norm else None
         self.k_norm = nn.RMSNorm(d_head, eps=qk_norm_eps) if qk_norm else None
+        self.alibi = ALiBi(n_heads) if pos_encoding == "alibi" else None
 
     def split_heads(self, x: torch.Tensor, n_heads: int) -> torch.Tensor:
         """``(B, T, n_heads * d_head) -> (B, n_heads, T, d_head)``."""
@@ -258,24 +152,26 @@ class MultiHeadAttention(nn.Module):
         other encodings return q, k unchanged."""
         if self.pos_encoding != "rope":
             return q, k
+        seq_len = key = None  # known without reading the positions back from the device
         if positions is None:
             positions = torch.arange(past, past + q.shape[-2], device=q.device)
+            seq_len = key = past + q.shape[-2]  # the table of positions past..seq_len-1, shared by the layers
         batch, t_new = q.shape[0], q.shape[-2]
         if tuple(positions.shape) not in ((t_new,), (batch, t_new)):
             raise ValueError(f"positions has shape {shape_str(positions.shape)}: expected ({t_new},) for every row "
                              f"or ({batch}, {t_new}) for each row of the batch")
         if positions.dim() == 2:
             positions = positions[:, None, :]  # (B, 1, T): the same positions for every head of a row
-        return self.rotary(q, positions), self.rotary(k, positions)
+        return self.rotary.rotate(q, k, positions, seq_len, key=None if key is None else (past, key))
 
     def position_bias(self, t_q: int, t_k: int, bias=None, like: torch.Tensor | None = None):
         """Add ALiBi's, T5's or KERPLE's bias ``(H, t_q, t_k)`` to ``bias``; queries are the last ``t_q`` of
         the ``t_k`` positions. Other encodings return ``bias`` unchanged."""
         if self.pos_encoding not in ("alibi", "t5", "kerple"):
             return bias
-        extra = alibi_bias(self.n_heads, t_q, t_k) if self.pos_encoding == "alibi" else self.relative_bias(t_q, t_k)
-        if like is not None:
-            extra = extra.to(device=like.device, dtype=like.dtype)
+        extra = self.alibi(t_q, t_k) if self.pos_encoding == "alibi" else self.relative_bias(t_q, t_k)
+        if like is not None:  # half precision keeps the bias in float32, as the scores are
+            extra = extra.to(device=like.device, dtype=torch.promote_types(like.dtype, torch.float32))
         return extra if bias is None else bias + extra
 
     def attend(self, q, k, v, mask=None, bias=None, is_causal=False, return_weights=False):
@@ -295,6 +191,19 @@ class MultiHeadAttention(nn.Module):
             out = torch.matmul(weights, v)
         return out, weights
 
+    def attend_fast(self, q, k, v, mask=None, bias=None, is_causal=False):
+        """:meth:`attend` through ``self.backend`` (:func:`llmarch.efficient.attention`): key/value heads are
+        shared, not repeated, where the kernel allows it; with ``is_causal`` the queries are the last ``T_q`` of
+        the ``T_k`` positions (bottom-right causal mask, as in cached decoding); an additive (float) mask joins
+        the bias. Returns ``(B, H, T_q, d)``."""
+        if mask is not None and mask.dim() == 3:  # (B, T_q, T_k): the same mask for every head
+            mask = mask.unsqueeze(1)
+        if mask is not None and mask.dtype != torch.bool:
+            check_tensor("mask", mask, floating=True)
+            bias, mask = (mask if bias is None else bias + mask), None
+        return attention(q, k, v, mask=mask, is_causal=is_causal, backend=self.backend, bias=bias,
+                         causal_offset=k.shape[-2] - q.shape[-2], dropout_p=self.dropout.p if self.training else 0.0)
+
     def forward(
         self,
         x: torch.Tensor,
@@ -313,8 +222,12 @@ class MultiHeadAttention(nn.Module):
         ``positions`` (long ``(T_q,)``, or ``(B, T_q)`` per row) are the positions RoPE uses for the new tokens.
         ``kv_cache`` (a ``llmarch.kv_cache.LayerKVCache``): the keys and values of earlier tokens are
         reused and these tokens' are appended; the new queries are the last positions, so ``is_causal``
-        lets them see every cached key. ``return_weights=True`` also returns the weights ``(B, H, T_q, T_k)``.
+        lets them see every cached key. ``return_weights=True`` also returns the weights ``(B, H, T_q, T_k)``
+        (``backend="reference"`` only).
         """
+        if return_weights and self.backend != "reference":
+            raise ValueError(f"return_weights=True needs backend='reference': backend {self.backend!r} never forms "
+                             "the attention weights (switch with llmarch.attention.set_attention_backend)")
         q, k, v = self.project_qkv(x, context)
         if context is None:
             q, k = self.rotate_qk(q, k, positions, past=0 if kv_cache is None else kv_cache.length)
@@ -323,10 +236,13 @@ class MultiHeadAttention(nn.Module):
         t_q, t_k = q.shape[-2], k.shape[-2]
         if context is None:
             bias = self.position_bias(t_q, t_k, bias, like=q)
-        if is_causal and t_q != t_k:  # queries at the end: query i is position t_k - t_q + i
-            tri = causal_mask(t_q, t_k, offset=t_k - t_q, device=q.device)
-            mask, is_causal = (tri if mask is None else mask & tri), False
-        heads, weights = self.attend(q, k, v, mask=mask, bias=bias, is_causal=is_causal)
+        if self.backend != "reference":
+            heads, weights = self.attend_fast(q, k, v, mask=mask, bias=bias, is_causal=is_causal), None
+        else:
+            if is_causal and t_q != t_k:  # queries at the end: query i is position t_k - t_q + i
+                tri = causal_mask(t_q, t_k, offset=t_k - t_q, device=q.device)
+                mask, is_causal = (tri if mask is None else mask & tri), False
+            heads, weights = self.attend(q, k, v, mask=mask, bias=bias, is_causal=is_causal)
         b, _, t, _ = heads.shape
         out = self.o_proj(heads.transpose(1, 2).reshape(b, t, self.n_heads * self.d_head))
         return (out, weights) if return_weights else out
@@ -360,3 +276,38 @@ def multi_head_attention_additive(
     if mha.o_proj.bias is not None:
         out = out + mha.o_proj.bias
     return out
+
+
+def _check_backend(backend) -> None:
+    if backend not in MODEL_BACKENDS:
+        raise ValueError(f"attention backend must be one of {MODEL_BACKENDS}, got {backend!r}")
+
+
+def set_attention_backend(model: nn.Module, backend: str) -> nn.Module:
+    """Switch every :class:`MultiHeadAttention` in ``model`` (and ``model.config.attn_backend``, if it has one)
+    to ``backend``, one of ``"reference"``, ``"sdpa"``, ``"flash"``, ``"triton"``, ``"flex"``, ``"auto"``.
+    Returns ``model``. Book: Efficient attention, "GPU paths"."""
+    _check_backend(backend)
+    for module in model.modules():
+        if isinstance(module, MultiHeadAttention):
+            module.backend = backend
+    if hasattr(getattr(model, "config", None), "attn_backend"):
+        model.config.attn_backend = backend
+    return model
+
+
+@contextlib.contextmanager
+def attention_backend(model: nn.Module, backend: str | None):
+    """``with attention_backend(model, "sdpa"):`` every :class:`MultiHeadAttention` of ``model`` uses
+    ``backend`` inside the block and its own backend again after it (``None``: no change). Book: Efficient
+    attention, "GPU paths"."""
+    layers = {m: m.backend for m in model.modules() if isinstance(m, MultiHeadAttention)}
+    if backend is not None:
+        _check_backend(backend)
+        for m in layers:
+            m.backend = backend
+    try:
+        yield model
+    finally:
+        for m, own in layers.items():
+            m.backend = own

@@ -296,22 +296,29 @@ def contrastive_search(next_logprobs: NextLogprobs, hidden_states: Callable[[lis
     return seq
 
 
+def _model_device(model) -> torch.device:
+    return next(model.parameters()).device
+
+
 def gpt_next_logprobs(model) -> NextLogprobs:
-    """Adapter: ``seq -> log softmax(model(seq))[-1]`` for a ``GPT`` (no cache; for the search functions)."""
+    """Adapter: ``seq -> log softmax(model(seq))[-1]`` for a ``GPT`` (no cache; for the search functions).
+    The ids go to the model's device; the log-probabilities (float64) stay there."""
 
     @torch.no_grad()
     def next_logprobs(seq):
-        return torch.log_softmax(model(torch.tensor([seq]))[0, -1].double(), dim=-1)
+        ids = torch.tensor([seq], device=_model_device(model))
+        return torch.log_softmax(model(ids)[0, -1].double(), dim=-1)
 
     return next_logprobs
 
 
 def gpt_hidden_states(model) -> Callable[[list], torch.Tensor]:
-    """Adapter: ``seq -> `` the final hidden states ``(len(seq), d_model)`` of a ``GPT`` (for contrastive search)."""
+    """Adapter: ``seq -> `` the final hidden states ``(len(seq), d_model)`` of a ``GPT`` (for contrastive search),
+    on the model's device."""
 
     @torch.no_grad()
     def hidden_states(seq):
-        return model.features(torch.tensor([seq]))[0]
+        return model.features(torch.tensor([seq], device=_model_device(model)))[0]
 
     return hidden_states
 
@@ -332,7 +339,7 @@ def generate(model, prompt_ids: torch.Tensor, max_new_tokens: int, temperature: 
     model.eval()
     cache = KVCache(len(model.blocks)) if use_cache else None
     seq, step_input = prompt_ids, prompt_ids
-    done = torch.zeros(prompt_ids.shape[0], dtype=torch.bool)
+    done = torch.zeros(prompt_ids.shape[0], dtype=torch.bool, device=prompt_ids.device)
     for _ in range(max_new_tokens):
         logits = model(step_input if use_cache else seq, kv_cache=cache)[:, -1].double()
         if greedy:

@@ -40,6 +40,12 @@ def _affine(x_hat, weight, bias, name):
     return x_hat
 
 
+def _float32_at_least(x: torch.Tensor) -> torch.Tensor:
+    """Half-precision inputs in float32: normalisation statistics are taken in float32 and the normalised
+    values cast back before the affine map (as transformers' norms and ``torch.nn.functional`` do)."""
+    return x.to(torch.promote_types(x.dtype, torch.float32))
+
+
 def layer_norm(x: torch.Tensor, weight=None, bias=None, eps: float = 1e-5) -> torch.Tensor:
     """Layer normalisation over the last dimension (Ba et al., 2016).
 
@@ -47,12 +53,14 @@ def layer_norm(x: torch.Tensor, weight=None, bias=None, eps: float = 1e-5) -> to
 
     ``mu = mean_i x_i``, ``sigma^2 = mean_i (x_i - mu)^2`` (biased), ``y = gamma * (x - mu) / sqrt(sigma^2 + eps) + beta``.
     Shapes: ``x (..., d)``, ``weight``/``bias`` ``(d,)`` -> ``(..., d)``. Statistics are per example and
-    per position, so the result does not depend on the rest of the batch.
+    per position, so the result does not depend on the rest of the batch. Half-precision inputs: statistics in
+    float32.
     """
     check_tensor("x", x, min_dim=1, floating=True)
-    mu = x.mean(dim=-1, keepdim=True)
-    var = ((x - mu) ** 2).mean(dim=-1, keepdim=True)
-    return _affine((x - mu) / torch.sqrt(var + eps), weight, bias, "layer_norm")
+    xf = _float32_at_least(x)
+    mu = xf.mean(dim=-1, keepdim=True)
+    var = ((xf - mu) ** 2).mean(dim=-1, keepdim=True)
+    return _affine(((xf - mu) / torch.sqrt(var + eps)).to(x.dtype), weight, bias, "layer_norm")
 
 
 def batch_norm(x: torch.Tensor, weight=None, bias=None, eps: float = 1e-5) -> torch.Tensor:
@@ -81,7 +89,8 @@ def rms_norm(x: torch.Tensor, weight=None, eps: float = 1e-6) -> torch.Tensor:
     Shapes: ``x (..., d)``, ``weight (d,)`` -> ``(..., d)``.
     """
     check_tensor("x", x, min_dim=1, floating=True)
-    return _affine(x / torch.sqrt((x**2).mean(dim=-1, keepdim=True) + eps), weight, None, "rms_norm")
+    xf = _float32_at_least(x)
+    return _affine((xf / torch.sqrt((xf**2).mean(dim=-1, keepdim=True) + eps)).to(x.dtype), weight, None, "rms_norm")
 
 
 _ACTIVATIONS = {
@@ -187,7 +196,7 @@ class TransformerBlock(nn.Module):
     ``norm`` is ``layernorm`` or ``rmsnorm`` (eps ``eps``); ``ffn`` is ``mlp`` (:class:`FeedForward`) or
     ``swiglu`` (:class:`SwiGLU`, with ``activation`` as its gate); ``bias`` is the attention's, ``mlp_bias``
     the FFN's (default: ``bias``). ``pos_encoding``, ``rotary``, ``kerple_variant`` and ``qk_norm`` go to the
-    self-attention (see ``MultiHeadAttention``).
+    self-attention, ``attn_backend`` to both attentions (see ``MultiHeadAttention``).
     Shapes: ``x (B, T, d_model)``, ``context (B, T_c, d_model)`` -> ``(B, T, d_model)``.
     """
 
@@ -211,6 +220,7 @@ class TransformerBlock(nn.Module):
         rotary: RotaryEmbedding | None = None,
         kerple_variant: str = "log",
         qk_norm: bool = False,
+        attn_backend: str = "reference",
     ):
         super().__init__()
         if ffn not in FFNS:
@@ -218,10 +228,12 @@ class TransformerBlock(nn.Module):
         self.norm_first = norm_first
         self.attn = MultiHeadAttention(d_model, n_heads, n_kv_heads=n_kv_heads, bias=bias, dropout=dropout,
                                        pos_encoding=pos_encoding, rope_base=rope_base, rotary=rotary,
-                                       kerple_variant=kerple_variant, qk_norm=qk_norm, qk_norm_eps=eps)
+                                       kerple_variant=kerple_variant, qk_norm=qk_norm, qk_norm_eps=eps,
+                                       backend=attn_backend)
         self.norm1 = _make_norm(norm, d_model, eps)
         if cross_attention:
-            self.cross_attn = MultiHeadAttention(d_model, n_heads, n_kv_heads=n_kv_heads, bias=bias, dropout=dropout)
+            self.cross_attn = MultiHeadAttention(d_model, n_heads, n_kv_heads=n_kv_heads, bias=bias, dropout=dropout,
+                                                 backend=attn_backend)
             self.norm_cross = _make_norm(norm, d_model, eps)
         else:
             self.cross_attn = None

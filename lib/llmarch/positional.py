@@ -38,6 +38,7 @@ __all__ = [
     "T5RelativeBias",
     "alibi_slopes",
     "alibi_bias",
+    "ALiBi",
     "KERPLE_VARIANTS",
     "kerple_bias",
     "KerpleBias",
@@ -54,20 +55,21 @@ def _check_even(d: int, what: str) -> None:
         raise ValueError(f"{what} needs an even feature dimension d >= 2, got d={d}")
 
 
-def sinusoidal_encoding(n_positions: int, d: int, base: float = 10000.0) -> torch.Tensor:
+def sinusoidal_encoding(n_positions: int, d: int, base: float = 10000.0, device=None) -> torch.Tensor:
     """The fixed sinusoidal table of Vaswani et al. (2017), shape ``(n_positions, d)``.
 
     Book: Positional encodings, "Sinusoidal encodings".
 
     ``PE[t, 2i] = sin(t * omega_i)``, ``PE[t, 2i+1] = cos(t * omega_i)``, ``omega_i = base**(-2i/d)``.
+    Computed in float64 on ``device`` and returned in float32.
 
     >>> sinusoidal_encoding(2, 4)
     tensor([[0.0000, 1.0000, 0.0000, 1.0000],
             [0.8415, 0.5403, 0.0100, 0.9999]])
     """
     _check_even(d, "sinusoidal_encoding")
-    angles = rope_angles(torch.arange(n_positions), d, base)  # (T, d/2): t * omega_i
-    pe = torch.empty(n_positions, d, dtype=torch.float64)
+    angles = rope_angles(torch.arange(n_positions, device=device), d, base)  # (T, d/2): t * omega_i
+    pe = torch.empty(n_positions, d, dtype=torch.float64, device=device)
     pe[:, 0::2] = torch.sin(angles)
     pe[:, 1::2] = torch.cos(angles)
     return pe.float()
@@ -136,9 +138,15 @@ def apply_rope(x: torch.Tensor, positions: torch.Tensor | None = None, base: flo
     else:
         if tuple(inv_freq.shape) != (d // 2,):
             raise ValueError(f"inv_freq has shape {shape_str(inv_freq.shape)} but x has {d} features: expected ({d // 2},)")
-        angles = _positions_for(x, positions).to(torch.float64)[..., None] * inv_freq.to(torch.float64)
+        angles = _positions_for(x, positions).to(torch.float64)[..., None] * inv_freq.to(x.device, torch.float64)
     # cos and sin in float64, then cast: a float32 angle at position 1e5 is already off by ~5e-3 rad
-    cos, sin = torch.cos(angles).to(x.dtype), torch.sin(angles).to(x.dtype)
+    return _rotate_pairs(x, torch.cos(angles).to(x.dtype), torch.sin(angles).to(x.dtype), interleaved)
+
+
+def _rotate_pairs(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, interleaved: bool) -> torch.Tensor:
+    """``(a, b) -> (a cos - b sin, a sin + b cos)`` on the feature pairs of ``x (..., T, d)``; ``cos``, ``sin``
+    broadcast to ``(..., T, d/2)``."""
+    d = x.shape[-1]
     if interleaved:
         a, b = x[..., 0::2], x[..., 1::2]
         return torch.stack((a * cos - b * sin, a * sin + b * cos), dim=-1).flatten(-2)
@@ -204,7 +212,7 @@ def _yarn_mscale(scale: float, mscale: float = 1.0) -> float:
 
 def rope_frequencies(d: int, base: float = 10000.0, scaling: dict | None = None, seq_len: int | None = None,
                      max_position_embeddings: int | None = None) -> tuple[torch.Tensor, float]:
-    """The RoPE frequencies ``inv_freq (d/2,)`` (float64) and the attention factor of a scaling rule.
+    """The RoPE frequencies ``inv_freq (d/2,)`` (float64, on the CPU) and the attention factor of a scaling rule.
 
     Book: From GPT-2 to Llama 3, "Context extension".
 
@@ -223,7 +231,7 @@ def rope_frequencies(d: int, base: float = 10000.0, scaling: dict | None = None,
     """
     _check_even(d, "rope_frequencies")
     scaling = check_rope_scaling(scaling)
-    theta = base ** (-torch.arange(0, d, 2, dtype=torch.float64) / d)
+    theta = base ** (-torch.arange(0, d, 2, dtype=torch.float64, device="cpu") / d)
     if scaling is None:
         return theta, 1.0
     kind, s = scaling["rope_type"], float(scaling["factor"])
@@ -238,7 +246,7 @@ def rope_frequencies(d: int, base: float = 10000.0, scaling: dict | None = None,
             raise ValueError(f"dynamic NTK scaling needs d >= 4, got d={d}")
         length = max(seq_len or 0, max_position_embeddings or original)
         scaled_base = base * (s * length / original - (s - 1)) ** (d / (d - 2))
-        return scaled_base ** (-torch.arange(0, d, 2, dtype=torch.float64) / d), 1.0
+        return scaled_base ** (-torch.arange(0, d, 2, dtype=torch.float64, device="cpu") / d), 1.0
     if kind == "yarn":
         def correction_dim(n_rotations):
             return d * math.log(original / (n_rotations * 2 * math.pi)) / (2 * math.log(base))
@@ -249,7 +257,7 @@ def rope_frequencies(d: int, base: float = 10000.0, scaling: dict | None = None,
         low, high = max(low, 0), min(high, d - 1)
         if low == high:
             high += 0.001  # a step instead of a ramp
-        ramp = ((torch.arange(d // 2, dtype=torch.float64) - low) / (high - low)).clamp(0, 1)
+        ramp = ((torch.arange(d // 2, dtype=torch.float64, device="cpu") - low) / (high - low)).clamp(0, 1)
         factor = scaling["attention_factor"]
         if factor is None:
             mscale, mscale_all = scaling["mscale"], scaling["mscale_all_dim"]
@@ -264,7 +272,26 @@ def rope_frequencies(d: int, base: float = 10000.0, scaling: dict | None = None,
     return torch.where(wavelength < original / high_f, theta, inv_freq), 1.0
 
 
-class RotaryEmbedding:
+class _ExactBuffers(nn.Module):
+    """A module whose buffers are float64 constants computed once on the CPU: ``.to(device)`` moves them, but no
+    ``.to(dtype)``, ``.half()`` or ``.bfloat16()`` ever rounds them (a bfloat16 RoPE frequency is off by up to
+    0.4%, which at position 1000 turns into radians). Buffers are not saved in the state dict; a module built
+    on the meta device gets real values back on its first move (``.to("cuda")``, or a dtype cast: the CPU)."""
+
+    def _register_exact(self, name: str, value: torch.Tensor) -> None:
+        self._exact = {**getattr(self, "_exact", {}), name: value.to(torch.float64).cpu()}
+        self.register_buffer(name, value.to(torch.float64), persistent=False)
+
+    def _apply(self, fn, recurse=True):
+        current = {name: self._buffers.pop(name) for name in self._exact}
+        super()._apply(fn, recurse)
+        for name, exact in self._exact.items():  # where fn sends a tensor from here, with the exact values
+            here = "cpu" if current[name].is_meta else current[name].device
+            self._buffers[name] = exact.to(fn(torch.empty(0, dtype=torch.float64, device=here)).device)
+        return self
+
+
+class RotaryEmbedding(_ExactBuffers):
     """RoPE as a model applies it to per-head queries and keys: layout, partial rotation and scaling.
 
     Book: From GPT-2 to Llama 3, "RoPE" and "Context extension".
@@ -273,31 +300,67 @@ class RotaryEmbedding:
     fraction) are rotated by :func:`apply_rope` with the frequencies of :func:`rope_frequencies`, then multiplied
     by the scaling rule's attention factor; the other features pass unchanged. ``interleaved`` pairs ``(2i, 2i+1)``
     (RoFormer), otherwise ``(i, i + rotary_dim/2)`` (rotate-half, GPT-NeoX and Llama).
-    Call it as ``rope(x, positions)`` with ``x (..., T, d_head)`` and positions broadcastable to ``(..., T)``.
+    Call it as ``rope(x, positions, seq_len=None)`` with ``x (..., T, d_head)`` and positions broadcastable to
+    ``(..., T)``. The frequencies are the float64 buffer ``inv_freq (rotary_dim/2,)``, which ``.to(device)``
+    moves (and no dtype cast rounds); dynamic NTK scaling recomputes them for the current length ``seq_len``
+    (default ``max(positions) + 1``, which reads the positions back from the device). ``rotate(q, k, positions,
+    seq_len, key)`` rotates both with one cos/sin table, and reuses the last table while ``key`` (any hashable
+    naming the positions, e.g. ``(past, T)``) is unchanged: the layers of a model share one RoPE and one table.
     """
 
     def __init__(self, d_head: int, base: float = 10000.0, interleaved: bool = True, rotary_dim: int | None = None,
                  scaling: dict | None = None, max_position_embeddings: int | None = None):
+        super().__init__()
         rotary_dim = d_head if rotary_dim is None else rotary_dim
         if not 0 < rotary_dim <= d_head or rotary_dim % 2:
             raise ValueError(f"rotary_dim must be even and in (0, d_head={d_head}], got {rotary_dim}")
         self.d_head, self.rotary_dim, self.base, self.interleaved = d_head, rotary_dim, base, interleaved
         self.scaling, self.max_position_embeddings = check_rope_scaling(scaling), max_position_embeddings
-        rope_frequencies(rotary_dim, base, self.scaling, max_position_embeddings=max_position_embeddings)  # validate
+        inv_freq, self.attention_factor = rope_frequencies(rotary_dim, base, self.scaling,
+                                                           max_position_embeddings=max_position_embeddings)
+        self._register_exact("inv_freq", inv_freq)
+        self._table = (None, None, None)  # (key, cos, sin) of the last call of rotate
 
-    def __repr__(self) -> str:
-        return (f"RotaryEmbedding(d_head={self.d_head}, rotary_dim={self.rotary_dim}, base={self.base}, "
-                f"interleaved={self.interleaved}, scaling={self.scaling})")
+    def extra_repr(self) -> str:
+        return (f"d_head={self.d_head}, rotary_dim={self.rotary_dim}, base={self.base}, "
+                f"interleaved={self.interleaved}, scaling={self.scaling}")
 
-    def __call__(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, positions: torch.Tensor, seq_len: int | None = None) -> torch.Tensor:
         if x.shape[-1] != self.d_head:
             raise ValueError(f"x has shape {shape_str(x.shape)} but this RoPE is for d_head={self.d_head}")
-        seq_len = int(positions.max()) + 1 if positions.numel() else 0
-        inv_freq, factor = rope_frequencies(self.rotary_dim, self.base, self.scaling, seq_len,
-                                            self.max_position_embeddings)
-        rotated = apply_rope(x[..., : self.rotary_dim], positions, interleaved=self.interleaved, inv_freq=inv_freq)
-        if factor != 1.0:
-            rotated = rotated * factor
+        return self.rotate(x, None, positions, seq_len)[0]
+
+    def _cos_sin(self, x: torch.Tensor, positions: torch.Tensor, seq_len: int | None):
+        """cos and sin ``(..., T, rotary_dim/2)`` in ``x``'s dtype, times the scaling's attention factor."""
+        inv_freq, factor = self.inv_freq, self.attention_factor
+        if self.scaling is not None and self.scaling["rope_type"] == "dynamic":
+            if seq_len is None:
+                seq_len = int(positions.max()) + 1 if positions.numel() else 0
+            inv_freq, factor = rope_frequencies(self.rotary_dim, self.base, self.scaling, seq_len,
+                                                self.max_position_embeddings)
+        angles = positions.to(x.device, torch.float64)[..., None] * inv_freq.to(x.device)
+        return (torch.cos(angles) * factor).to(x.dtype), (torch.sin(angles) * factor).to(x.dtype)
+
+    def rotate(self, q: torch.Tensor, k: torch.Tensor | None, positions: torch.Tensor, seq_len: int | None = None,
+               key=None):
+        """``(rope(q), rope(k))`` (``k`` may be None) with one cos/sin table; see the class docstring."""
+        for name, t in (("q", q), ("k", k)):
+            if t is not None and t.shape[-1] != self.d_head:
+                raise ValueError(f"{name} has shape {shape_str(t.shape)} but this RoPE is for d_head={self.d_head}")
+        if positions.shape[-1] != q.shape[-2]:
+            raise ValueError(f"positions has shape {shape_str(positions.shape)} but x has {q.shape[-2]} positions "
+                             "(dimension -2)")
+        # an inference-mode table cannot be saved for a later backward: the mode is part of the key
+        full_key = None if key is None else (key, seq_len, q.device, q.dtype, torch.is_inference_mode_enabled())
+        if full_key is not None and self._table[0] == full_key:
+            cos, sin = self._table[1:]
+        else:
+            cos, sin = self._cos_sin(q, positions, seq_len)
+            self._table = (full_key, cos, sin)
+        return tuple(None if t is None else self._rotate_part(t, cos, sin) for t in (q, k))
+
+    def _rotate_part(self, x, cos, sin):
+        rotated = _rotate_pairs(x[..., : self.rotary_dim], cos, sin, self.interleaved)
         if self.rotary_dim == self.d_head:
             return rotated
         return torch.cat((rotated, x[..., self.rotary_dim :]), dim=-1)
@@ -391,20 +454,39 @@ def alibi_slopes(n_heads: int) -> torch.Tensor:
     slopes = power_of_two(p)
     if p < n_heads:
         slopes += power_of_two(2 * p)[0::2][: n_heads - p]
-    return torch.tensor(slopes, dtype=torch.float64)
+    return torch.tensor(slopes, dtype=torch.float64, device="cpu")
 
 
-def alibi_bias(n_heads: int, t_q: int, t_k: int | None = None, offset: int | None = None) -> torch.Tensor:
-    """ALiBi's additive bias ``b[h, i, j] = -s_h * (i + offset - j)``, shape ``(n_heads, t_q, t_k)``.
+def alibi_bias(n_heads: int, t_q: int, t_k: int | None = None, offset: int | None = None,
+               device=None) -> torch.Tensor:
+    """ALiBi's additive bias ``b[h, i, j] = -s_h * (i + offset - j)``, shape ``(n_heads, t_q, t_k)``, float32.
 
     Book: Positional encodings, "ALiBi". Query ``i`` sits at position ``i + offset`` (default ``t_k - t_q``).
     Keys in the future get a positive bias; a causal mask removes them. Within a query row the bias differs
     from the official code's ``s_h * j`` only by a constant, which the softmax ignores.
     """
+    return _alibi_from_slopes(alibi_slopes(n_heads).to(device), t_q, t_k, offset)
+
+
+def _alibi_from_slopes(slopes: torch.Tensor, t_q: int, t_k: int | None, offset: int | None) -> torch.Tensor:
     t_k = t_q if t_k is None else t_k
     offset = t_k - t_q if offset is None else offset
-    distance = (torch.arange(t_q)[:, None] + offset) - torch.arange(t_k)[None, :]
-    return (-alibi_slopes(n_heads)[:, None, None] * distance).float()
+    i = torch.arange(t_q, device=slopes.device)[:, None] + offset
+    distance = i - torch.arange(t_k, device=slopes.device)[None, :]
+    return (-slopes.to(torch.float64)[:, None, None] * distance).float()
+
+
+class ALiBi(_ExactBuffers):
+    """ALiBi as an attention layer holds it: the slopes of :func:`alibi_slopes` as the float64 buffer ``slopes
+    (n_heads,)``, which ``.to(device)`` moves; ``forward(t_q, t_k, offset=None)`` is :func:`alibi_bias` on
+    the buffer's device. Book: Positional encodings, "ALiBi"."""
+
+    def __init__(self, n_heads: int):
+        super().__init__()
+        self._register_exact("slopes", alibi_slopes(n_heads))
+
+    def forward(self, t_q: int, t_k: int, offset: int | None = None) -> torch.Tensor:
+        return _alibi_from_slopes(self.slopes, t_q, t_k, offset)
 
 
 def kerple_bias(n_heads: int, t_q: int, t_k: int | None = None, variant: str = "log", r1=1.0, r2=1.0,

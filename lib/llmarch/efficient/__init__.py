@@ -29,12 +29,13 @@ Conventions (DESIGN.md), stated once here:
 """
 
 from llmarch.efficient.caches import PagedKVCache, kv_cache_bytes, paged_attention, repeat_kv
-from llmarch.efficient.dispatch import BACKENDS, attention, select_backend
+from llmarch.efficient.dispatch import BACKENDS, MODEL_BACKENDS, attention, select_backend
 from llmarch.efficient.flash import _tiles, attention_memory_bytes, flash_attention  # _tiles: used by the book
 from llmarch.efficient.flex import (
     alibi_score_mod,
     kerple_score_mod,
     causal_mask_mod,
+    dense_bias_score_mod,
     dense_mask_mod,
     flex_alibi,
     flex_attention_with,
@@ -85,6 +86,7 @@ __all__ = [
     "causal_mask_mod",
     "sliding_window_mask_mod",
     "dense_mask_mod",
+    "dense_bias_score_mod",
     "alibi_score_mod",
     "kerple_score_mod",
     "t5_score_mod",
@@ -93,6 +95,7 @@ __all__ = [
     "flex_alibi",
     "flex_t5",
     "BACKENDS",
+    "MODEL_BACKENDS",
     "select_backend",
     "attention",
 ]

@@ -1,5 +1,7 @@
 """One ``attention(..., backend=...)`` entry point over the reference, SDPA, FlashAttention (torch and
 Triton) and FlexAttention implementations, and the rule ``backend="auto"`` follows (:func:`select_backend`).
+``llmarch.attention.MultiHeadAttention`` calls it for every backend but the reference, so it sits below the
+models in the import graph: it imports only :mod:`llmarch.reference_attention` and the kernels.
 
 Book: Efficient attention, "GPU paths".
 """
@@ -10,17 +12,23 @@ import torch
 import torch.nn.functional as F
 
 from llmarch._checks import check_tensor, shape_str
-from llmarch.attention import scaled_dot_product_attention
 from llmarch.efficient._validation import _check_bool_mask, _check_qkv
 from llmarch.efficient.caches import repeat_kv
 from llmarch.efficient.flash import flash_attention
-from llmarch.efficient.flex import dense_mask_mod, flex_attention_with
+from llmarch.efficient.flex import causal_mask_mod, dense_bias_score_mod, dense_mask_mod, flex_attention_with
 from llmarch.efficient.triton_flash import triton_flash_attention
+from llmarch.reference_attention import scaled_dot_product_attention
 
-__all__ = ["BACKENDS", "select_backend", "attention"]
+__all__ = ["BACKENDS", "MODEL_BACKENDS", "select_backend", "attention"]
 
 
 BACKENDS = ("reference", "sdpa", "flash", "triton", "flex")
+MODEL_BACKENDS = (*BACKENDS, "auto")  # what a model's ``attn_backend`` may name
+
+# What each backend accepts besides q, k, v and a causal mask; the error for anything else names the others.
+_TAKES_MASK = {"reference", "sdpa", "flash", "flex"}
+_TAKES_BIAS = {"reference", "sdpa", "flex"}
+_TAKES_DROPOUT = {"reference", "sdpa"}
 
 
 def select_backend(q: torch.Tensor, mask: torch.Tensor | None = None) -> str:
@@ -39,18 +47,24 @@ def select_backend(q: torch.Tensor, mask: torch.Tensor | None = None) -> str:
 
 
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None = None,
-              is_causal: bool = False, backend: str = "auto", scale: float | None = None) -> torch.Tensor:
-    """``softmax(q k^T * scale + M) v`` through one of :data:`BACKENDS`; every backend gives the same result.
+              is_causal: bool = False, backend: str = "auto", scale: float | None = None, *,
+              bias: torch.Tensor | None = None, causal_offset: int = 0, dropout_p: float = 0.0) -> torch.Tensor:
+    """``softmax(q k^T * scale + bias + M) v`` through one of :data:`BACKENDS`; every backend gives the same result.
 
     Book: Efficient attention, "GPU paths".
 
     Shapes: ``q (B, H, t_q, d)``, ``k, v (B, H_kv, t_k, d)`` (``H`` a multiple of ``H_kv``: grouped-query
     attention) -> ``(B, H, t_q, d)``. ``mask`` is boolean (True = may attend) and broadcasts to
-    ``(B, H, t_q, t_k)``; ``is_causal`` is top-left aligned (``j <= i``, like torch) and combines with ``mask``.
+    ``(B, H, t_q, t_k)``; ``is_causal`` keeps key ``j`` for query ``i`` iff ``j <= i + causal_offset`` (top-left
+    aligned by default, like torch; ``causal_offset = t_k - t_q`` puts the queries at the end of the keys, as in
+    cached decoding) and combines with ``mask``. ``bias`` is an additive float tensor broadcasting to
+    ``(B, H, t_q, t_k)`` (ALiBi, T5 buckets); ``dropout_p`` drops attention weights (training).
     Backends: ``"reference"`` (``llmarch.attention.scaled_dot_product_attention``), ``"sdpa"``
-    (``torch.nn.functional.scaled_dot_product_attention``), ``"flash"`` (:func:`flash_attention`), ``"triton"``
-    (:func:`triton_flash_attention`; no mask), ``"flex"`` (:func:`flex_attention_with`); ``"auto"`` follows
-    :func:`select_backend`.
+    (``torch.nn.functional.scaled_dot_product_attention``, key/value heads shared with ``enable_gqa``; a bias
+    joins its float mask in the input's dtype), ``"flash"`` (:func:`flash_attention`; no bias),
+    ``"triton"`` (:func:`triton_flash_attention`; no mask, no bias), ``"flex"`` (:func:`flex_attention_with`;
+    mask and bias become its ``mask_mod`` and ``score_mod``); ``"auto"`` follows :func:`select_backend`. Only
+    the reference and SDPA take dropout. What a backend cannot take raises ``ValueError``.
     """
     for name, t in (("q", q), ("k", k), ("v", v)):
         check_tensor(name, t, dims=4, floating=True)
@@ -61,34 +75,66 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Ten
     score_shape = (*q.shape[:-1], k.shape[-2])
     if mask is not None:
         _check_bool_mask(mask, score_shape)
+    if bias is not None:
+        check_tensor("bias", bias, floating=True)
+        try:
+            ok = torch.broadcast_shapes(bias.shape, score_shape) == score_shape
+        except RuntimeError:
+            ok = False
+        if not ok:
+            raise ValueError(f"bias has shape {shape_str(bias.shape)} but the attention scores have shape "
+                             f"{shape_str(score_shape)}: bias must broadcast to (B, H, t_q, t_k)")
     if backend == "auto":
         backend = select_backend(q, mask)
     if backend not in BACKENDS:
         raise ValueError(f"backend must be 'auto' or one of {BACKENDS}, got {backend!r}")
+    for what, given, able in (("a mask", mask is not None, _TAKES_MASK), ("a bias", bias is not None, _TAKES_BIAS),
+                              ("attention dropout", dropout_p > 0, _TAKES_DROPOUT)):
+        if given and backend not in able:
+            raise ValueError(f"backend {backend!r} cannot take {what}: use one of {sorted(able)}")
     n_rep = q.shape[1] // k.shape[1]
     if backend == "sdpa":
-        if mask is None:
-            return F.scaled_dot_product_attention(q, k, v, is_causal=is_causal, scale=scale, enable_gqa=n_rep > 1)
-        return F.scaled_dot_product_attention(q, k, v, attn_mask=_with_causal(mask, score_shape, is_causal, q.device),
-                                              scale=scale, enable_gqa=n_rep > 1)
+        return _sdpa(q, k, v, mask, bias, is_causal, causal_offset, scale, dropout_p, n_rep)
     if backend == "flex":
-        full = _with_causal(mask, score_shape, is_causal, q.device)
-        mask_mod = None if full is None else dense_mask_mod(full.expand(score_shape))
-        return flex_attention_with(q, k, v, mask_mod=mask_mod, scale=scale)
+        full = _with_causal(mask, score_shape, is_causal, causal_offset, q.device) if mask is not None else None
+        mask_mod = dense_mask_mod(full.expand(score_shape)) if full is not None else (
+            causal_mask_mod(causal_offset) if is_causal else None)
+        score_mod = None if bias is None else dense_bias_score_mod(bias.expand(score_shape))
+        return flex_attention_with(q, k, v, mask_mod=mask_mod, score_mod=score_mod, scale=scale)
     k, v = repeat_kv(k, n_rep), repeat_kv(v, n_rep)
     if backend == "reference":
-        return scaled_dot_product_attention(q, k, v, mask=mask, is_causal=is_causal, scale=scale)
+        full = _with_causal(mask, score_shape, is_causal, causal_offset, q.device)
+        if dropout_p == 0:
+            return scaled_dot_product_attention(q, k, v, mask=full, bias=bias, scale=scale)
+        _, weights = scaled_dot_product_attention(q, k, v, mask=full, bias=bias, scale=scale, return_weights=True)
+        return F.dropout(weights, dropout_p) @ v
     if backend == "flash":
-        return flash_attention(q, k, v, is_causal=is_causal, scale=scale, mask=mask)
-    if mask is not None:
-        raise ValueError("backend 'triton' takes no mask (only is_causal); use 'flash', 'flex' or 'sdpa'")
-    return triton_flash_attention(q, k, v, is_causal=is_causal, scale=scale)
+        return flash_attention(q, k, v, is_causal=is_causal, scale=scale, mask=mask, causal_offset=causal_offset)
+    return triton_flash_attention(q, k, v, is_causal=is_causal, scale=scale, causal_offset=causal_offset)
 
 
-def _with_causal(mask, score_shape, is_causal, device):
-    """``mask & causal_mask`` (top-left), or either alone, or None."""
+def _sdpa(q, k, v, mask, bias, is_causal, causal_offset, scale, dropout_p, n_rep):
+    """torch's SDPA. Its own ``is_causal`` is top-left, so it is used for ``causal_offset == 0`` and no mask; a
+    causal mask that hides nothing (``causal_offset >= t_k - 1``: one query after the cache) is dropped."""
+    t_q, t_k = q.shape[-2], k.shape[-2]
+    if is_causal and causal_offset >= t_k - 1:
+        is_causal = False
+    kwargs = dict(scale=scale, dropout_p=dropout_p, enable_gqa=n_rep > 1)
+    if mask is None and bias is None and (not is_causal or causal_offset == 0):
+        return F.scaled_dot_product_attention(q, k, v, is_causal=is_causal, **kwargs)
+    allowed = _with_causal(mask, (*q.shape[:-1], t_k), is_causal, causal_offset, q.device)
+    if bias is None:
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=allowed, **kwargs)
+    additive = bias.to(q.dtype)
+    if allowed is not None:
+        additive = additive.masked_fill(~allowed, float("-inf"))
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=additive, **kwargs)
+
+
+def _with_causal(mask, score_shape, is_causal, causal_offset, device):
+    """``mask & (j <= i + causal_offset)``, or either alone, or None."""
     if not is_causal:
         return mask
     i = torch.arange(score_shape[-2], device=device)[:, None]
-    tri = torch.arange(score_shape[-1], device=device)[None, :] <= i
+    tri = torch.arange(score_shape[-1], device=device)[None, :] <= i + causal_offset
     return tri if mask is None else mask & tri

@@ -124,14 +124,16 @@ class _FlashAttentionFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q, k, v, mask, scale, causal_offset, block_q, block_k):
         out, lse = _flash_forward(q, k, v, scale, mask, causal_offset, block_q, block_k)
-        ctx.save_for_backward(q, k, v, out, lse, mask)
+        # only tensors, never None: tests elsewhere read saved_tensors to find the logsumexp
+        ctx.save_for_backward(q, k, v, out, lse, *(() if mask is None else (mask,)))
         ctx.config = (scale, causal_offset, block_q, block_k)
         return out
 
     @staticmethod
     @once_differentiable
     def backward(ctx, dout):
-        q, k, v, out, lse, mask = ctx.saved_tensors
+        q, k, v, out, lse, *mask = ctx.saved_tensors
+        mask = mask[0] if mask else None
         scale, causal_offset, block_q, block_k = ctx.config
         dq, dk, dv = _flash_backward(q, k, v, out, lse, dout, scale, mask, causal_offset, block_q, block_k)
         return dq, dk, dv, None, None, None, None, None

@@ -18,6 +18,7 @@ __all__ = [
     "causal_mask_mod",
     "sliding_window_mask_mod",
     "dense_mask_mod",
+    "dense_bias_score_mod",
     "alibi_score_mod",
     "kerple_score_mod",
     "t5_score_mod",
@@ -72,6 +73,24 @@ def dense_mask_mod(mask: torch.Tensor):
         return m4[b if per_b else 0, h if per_h else 0, q_idx, kv_idx]
 
     return mask_mod
+
+
+def dense_bias_score_mod(bias: torch.Tensor):
+    """FlexAttention ``score_mod`` that adds a dense additive bias: ``score + bias[b, h, q_idx, kv_idx]`` for a
+    float ``(T_q, T_k)``, ``(H, T_q, T_k)`` or ``(B, H, T_q, T_k)`` bias (size-1 dimensions broadcast), e.g. the
+    ALiBi or T5 bias a model has already formed. Book: Efficient attention, "GPU paths".
+    """
+    check_tensor("bias", bias, floating=True)
+    if bias.dim() > 4 or bias.dim() < 2:
+        raise ValueError(f"bias has shape {shape_str(bias.shape)}: expected (T_q, T_k), (H, T_q, T_k) or "
+                         "(B, H, T_q, T_k)")
+    b4 = bias.reshape((1,) * (4 - bias.dim()) + tuple(bias.shape))
+    per_b, per_h = b4.shape[0] > 1, b4.shape[1] > 1
+
+    def score_mod(score, b, h, q_idx, kv_idx):
+        return score + b4[b if per_b else 0, h if per_h else 0, q_idx, kv_idx].to(score.dtype)
+
+    return score_mod
 
 
 def alibi_score_mod(slopes: torch.Tensor, offset: int = 0):

@@ -187,32 +187,61 @@ def _triton_kernels():
     return _TRITON
 
 
-def _triton_launch_config(kern, q, block_q, block_k):
+# Launch settings per kernel: (rows of queries, columns of keys) per tile, warps, software-pipelining stages.
+# Not measured here (no GPU in this session): the forward keeps the 64 x 64 tiles and Triton's default 4 warps
+# and 3 stages that were measured best on an H100 (../shared/measurements, block-size table); the backward takes
+# the shapes of Triton's fused-attention tutorial and FlashAttention-2 (Dao, 2023, section 3.3): the dK/dV
+# kernel holds a tall tile of 128 keys in registers and streams thin 32-query tiles past it, the dQ kernel the
+# transpose (128 queries, 32-key steps), so each program reuses its resident tile across many cheap loads; deeper
+# pipelines (5 stages) hide the loads at d <= 64, and at d = 128 the larger tiles leave shared memory for 3
+# stages and want 8 warps. float32 doubles every tile's bytes: half the depth, 2 stages. "Per kernel" is the
+# point: the backward used to share the forward's tiles and Triton's defaults.
+_GPU_SETTINGS = {  # (kernel, head dim bound, dtype class) -> (BLOCK_M, BLOCK_N, num_warps, num_stages)
+    ("fwd", 64, "half"): (64, 64, 4, 3), ("fwd", 128, "half"): (64, 64, 4, 3), ("fwd", 256, "half"): (64, 32, 4, 2),
+    ("dkdv", 64, "half"): (32, 128, 4, 5), ("dkdv", 128, "half"): (32, 128, 8, 3), ("dkdv", 256, "half"): (16, 64, 4, 2),
+    ("dq", 64, "half"): (128, 32, 4, 5), ("dq", 128, "half"): (128, 32, 8, 3), ("dq", 256, "half"): (64, 16, 4, 2),
+}
+# Under the interpreter (CPU tests) tiles are small, and unequal so that the two loop directions are exercised.
+_INTERPRETER_TILES = {"fwd": (32, 32), "dkdv": (16, 32), "dq": (32, 16)}
+
+
+def _launch_config(kern, kernel: str, q: torch.Tensor, tiles: tuple[int, int] | None = None) -> dict:
+    """Constexprs and launch options of ``kernel`` (``"fwd"``, ``"dkdv"`` or ``"dq"``) for ``q``'s head dim
+    and dtype; ``tiles`` overrides ``(BLOCK_M, BLOCK_N)``."""
     tl = kern["tl"]
-    # The interpreter's bf16/fp16 dot is wrong: under it every dot runs in float32.
-    dot_dtype = tl.float32 if kern["interpret"] or q.dtype == torch.float32 else {
-        torch.float16: tl.float16, torch.bfloat16: tl.bfloat16}[q.dtype]
-    block_d = max(16, 1 << (q.shape[-1] - 1).bit_length())
-    return dict(BLOCK_M=block_q, BLOCK_N=block_k, BLOCK_D=block_d, DOT_DTYPE=dot_dtype)
+    d = q.shape[-1]
+    block_d = max(16, 1 << (d - 1).bit_length())
+    if kern["interpret"]:
+        # The interpreter's bf16/fp16 dot is wrong: under it every dot runs in float32.
+        block_m, block_n = tiles or _INTERPRETER_TILES[kernel]
+        return dict(BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=block_d, DOT_DTYPE=tl.float32)
+    bound = 64 if block_d <= 64 else 128 if block_d <= 128 else 256
+    block_m, block_n, warps, stages = _GPU_SETTINGS[(kernel, bound, "half")]
+    if q.dtype == torch.float32:
+        block_m, block_n, stages = max(16, block_m // 2), max(16, block_n // 2), 2
+    block_m, block_n = tiles or (block_m, block_n)
+    dot_dtype = {torch.float16: tl.float16, torch.bfloat16: tl.bfloat16, torch.float32: tl.float32}[q.dtype]
+    return dict(BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=block_d, DOT_DTYPE=dot_dtype, num_warps=warps,
+                num_stages=stages)
 
 
 class _TritonFlashAttentionFunction(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, q, k, v, scale, causal_offset, block_q, block_k):
+    def forward(ctx, q, k, v, scale, causal_offset, tiles):
         kern = _triton_kernels()
         lead, t_q, t_k, d = q.shape[:-2], q.shape[-2], k.shape[-2], q.shape[-1]
         q3, k3, v3 = (x.reshape(-1, x.shape[-2], d).contiguous() for x in (q, k, v))
         bh = q3.shape[0]
         o3 = torch.empty_like(q3)
         lse = torch.empty(bh, t_q, dtype=torch.float32, device=q.device)
-        cfg = _triton_launch_config(kern, q, block_q, block_k)
-        grid = (kern["triton"].cdiv(t_q, block_q), bh)
+        cfg = _launch_config(kern, "fwd", q, tiles)
+        grid = (kern["triton"].cdiv(t_q, cfg["BLOCK_M"]), bh)
         is_causal = causal_offset is not None
         kern["fwd"][grid](q3, k3, v3, o3, lse, scale, t_q, t_k, d, causal_offset or 0,
                           q3.stride(0), q3.stride(1), k3.stride(0), k3.stride(1), v3.stride(0), v3.stride(1),
                           o3.stride(0), o3.stride(1), IS_CAUSAL=is_causal, **cfg)
-        ctx.save_for_backward(q3, k3, v3, o3, lse)
-        ctx.config = (scale, causal_offset, block_q, block_k, q.shape, k.shape)
+        ctx.save_for_backward(q3, k3, v3, o3, lse)  # only tensors: other tests read saved_tensors for the lse
+        ctx.config = (scale, causal_offset, q.shape, k.shape)
         return o3.reshape(*lead, t_q, d)
 
     @staticmethod
@@ -220,21 +249,22 @@ class _TritonFlashAttentionFunction(torch.autograd.Function):
     def backward(ctx, dout):
         kern = _triton_kernels()
         q3, k3, v3, o3, lse = ctx.saved_tensors
-        scale, causal_offset, block_q, block_k, q_shape, k_shape = ctx.config
+        scale, causal_offset, q_shape, k_shape = ctx.config
         bh, t_q, d = q3.shape
         t_k = k3.shape[1]
         do3 = dout.reshape(bh, t_q, d).contiguous()
         delta = (do3.float() * o3.float()).sum(-1)  # rowsum(dO * O), computed once outside the kernels
         dq, dk, dv = torch.empty_like(q3), torch.empty_like(k3), torch.empty_like(v3)
-        cfg = _triton_launch_config(kern, q3, block_q, block_k)
         is_causal = causal_offset is not None
         strides = (q3.stride(0), q3.stride(1), k3.stride(0), k3.stride(1), v3.stride(0), v3.stride(1))
         cdiv = kern["triton"].cdiv
-        kern["bwd_dkdv"][(cdiv(t_k, block_k), bh)](q3, k3, v3, do3, lse, delta, dk, dv, scale, t_q, t_k, d,
-                                                   causal_offset or 0, *strides, IS_CAUSAL=is_causal, **cfg)
-        kern["bwd_dq"][(cdiv(t_q, block_q), bh)](q3, k3, v3, do3, lse, delta, dq, scale, t_q, t_k, d,
-                                                 causal_offset or 0, *strides, IS_CAUSAL=is_causal, **cfg)
-        return dq.reshape(q_shape), dk.reshape(k_shape), dv.reshape(k_shape), None, None, None, None
+        cfg = _launch_config(kern, "dkdv", q3)  # one program per tile of BLOCK_N keys
+        kern["bwd_dkdv"][(cdiv(t_k, cfg["BLOCK_N"]), bh)](q3, k3, v3, do3, lse, delta, dk, dv, scale, t_q, t_k, d,
+                                                          causal_offset or 0, *strides, IS_CAUSAL=is_causal, **cfg)
+        cfg = _launch_config(kern, "dq", q3)  # one program per tile of BLOCK_M queries
+        kern["bwd_dq"][(cdiv(t_q, cfg["BLOCK_M"]), bh)](q3, k3, v3, do3, lse, delta, dq, scale, t_q, t_k, d,
+                                                        causal_offset or 0, *strides, IS_CAUSAL=is_causal, **cfg)
+        return dq.reshape(q_shape), dk.reshape(k_shape), dv.reshape(k_shape), None, None, None
 
 
 def triton_flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is_causal: bool = False,
@@ -248,7 +278,9 @@ def triton_flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is
     the same ``d``) -> ``(..., t_q, d)``; float16, bfloat16 or float32. ``is_causal`` and ``causal_offset`` as
     in :func:`flash_attention`. One program per tile of ``block_q`` queries (default 64; 32 in the interpreter)
     walks the key tiles of ``block_k`` with the online softmax and stores the output and row logsumexp; the
-    backward has one kernel per key tile (``dK, dV``) and one per query tile (``dQ``), so no atomics.
+    backward has one kernel per key tile (``dK, dV``) and one per query tile (``dQ``), so no atomics, each with
+    its own tiles, warps and pipeline depth per head dim and dtype (``_GPU_SETTINGS``); ``block_q`` and
+    ``block_k`` set the forward's tiles only.
     Accumulation is in float32; float32 inputs use exact ("ieee") dot products, not TF32.
 
     Needs ``triton`` (``pip install triton==3.7.1``) and either a CUDA GPU or ``TRITON_INTERPRET=1`` set before
@@ -269,10 +301,12 @@ def triton_flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is
             f"q is on {q.device}: triton_flash_attention runs on a CUDA GPU; to run it on CPU tensors set "
             "TRITON_INTERPRET=1 in the environment before triton is imported (slow, for testing)"
         )
-    default = 32 if kern["interpret"] else 64
-    block_q, block_k = block_q or default, block_k or default
-    for name, b in (("block_q", block_q), ("block_k", block_k)):
-        if b < 16 or b & (b - 1):
-            raise ValueError(f"{name}={b} must be a power of two >= 16 (tl.dot and tl.arange need it)")
+    tiles = None
+    if block_q is not None or block_k is not None:
+        default = _launch_config(kern, "fwd", q)
+        tiles = (block_q or default["BLOCK_M"], block_k or default["BLOCK_N"])
+        for name, b in zip(("block_q", "block_k"), tiles):
+            if b < 16 or b & (b - 1):
+                raise ValueError(f"{name}={b} must be a power of two >= 16 (tl.dot and tl.arange need it)")
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
-    return _TritonFlashAttentionFunction.apply(q, k, v, scale, causal_offset if is_causal else None, block_q, block_k)
+    return _TritonFlashAttentionFunction.apply(q, k, v, scale, causal_offset if is_causal else None, tiles)

@@ -18,8 +18,9 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from llmarch._checks import check_tensor, shape_str
+from llmarch._checks import check_tensor, has_values, shape_str
 from llmarch.layers import _ACTIVATIONS, TransformerBlock
+from llmarch.model.config import check_attn_backend
 from llmarch.model.gpt import GPT
 
 __all__ = [
@@ -39,7 +40,8 @@ class BertConfig:
     ``type_vocab_size`` (segments A/B: 2), ``layer_norm_eps`` (BERT: 1e-12), ``dropout`` [hidden_dropout_prob;
     BERT trained with 0.1, the course's tiny models default to 0], ``activation`` [hidden_act: ``gelu`` is the
     exact, erf-based GELU that BERT uses], ``pad_token_id`` (its embedding row starts at zero and receives no
-    gradient, as in transformers; ``None``: no such row).
+    gradient, as in transformers; ``None``: no such row), ``attn_backend`` (the attention kernel, see
+    ``GPTConfig.attn_backend``; the padding mask rules out ``triton``).
     """
 
     vocab_size: int
@@ -53,8 +55,10 @@ class BertConfig:
     dropout: float = 0.0
     activation: str = "gelu"
     pad_token_id: int | None = 0
+    attn_backend: str = "reference"
 
     def __post_init__(self):
+        check_attn_backend("BertConfig", self.attn_backend)
         for name in ("vocab_size", "d_model", "n_layers", "n_heads", "max_position_embeddings", "type_vocab_size"):
             if getattr(self, name) < 1:
                 raise ValueError(f"BertConfig.{name} must be positive, got {getattr(self, name)}")
@@ -100,7 +104,7 @@ def _check_token_ids(name: str, ids: torch.Tensor, vocab_size: int, max_length: 
     if max_length is not None and ids.shape[1] > max_length:
         raise ValueError(f"{name} has shape {shape_str(ids.shape)} but learned positions exist only for "
                          f"{max_length} tokens")
-    if ids.numel() and (ids.min() < 0 or ids.max() >= vocab_size):
+    if ids.numel() and has_values(ids) and (ids.min() < 0 or ids.max() >= vocab_size):
         raise ValueError(f"{name} holds ids in [{int(ids.min())}, {int(ids.max())}] but vocab_size is {vocab_size}")
 
 
@@ -120,11 +124,12 @@ def key_padding_mask(attention_mask: torch.Tensor, shape: tuple[int, int], name:
     if attention_mask.is_floating_point() or attention_mask.is_complex():
         raise ValueError(f"{name} must be bool or integer (1 = real token, 0 = padding), got {attention_mask.dtype}")
     if attention_mask.dtype != torch.bool:
-        if attention_mask.numel() and not ((attention_mask == 0) | (attention_mask == 1)).all():
+        if attention_mask.numel() and has_values(attention_mask) and not (
+                (attention_mask == 0) | (attention_mask == 1)).all():
             raise ValueError(f"{name} must hold only 0 (padding) and 1 (real token)")
         attention_mask = attention_mask.bool()
     empty = ~attention_mask.any(dim=1)
-    if empty.any():
+    if has_values(empty) and empty.any():
         raise ValueError(f"{name} marks every position of row(s) {empty.nonzero().flatten().tolist()} as padding")
     return attention_mask[:, None, None, :]
 
@@ -154,7 +159,7 @@ class BertEncoder(nn.Module):
         self.drop = nn.Dropout(c.dropout)
         self.blocks = nn.ModuleList(
             TransformerBlock(c.d_model, c.n_heads, d_ff=c.ffn_hidden, dropout=c.dropout, activation=c.activation,
-                             norm_first=False, eps=c.layer_norm_eps)
+                             norm_first=False, eps=c.layer_norm_eps, attn_backend=c.attn_backend)
             for _ in range(c.n_layers)
         )
         # BERT's initialisation is GPT's (N(0, 0.02) weights, zero biases), with a zero padding embedding.

@@ -8,12 +8,19 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
+from llmarch.efficient.dispatch import MODEL_BACKENDS
 from llmarch.layers import FFNS, NORMS, swiglu_hidden_size
 from llmarch.positional import KERPLE_VARIANTS, POS_ENCODINGS, RotaryEmbedding, check_rope_scaling
 
 __all__ = ["GPTConfig", "gpt1_config", "gpt2_config", "llama_config", "tiny_gpt_config", "ROPE_LAYOUTS"]
 
 ROPE_LAYOUTS = ("interleaved", "half")
+
+
+def check_attn_backend(config_name: str, backend) -> None:
+    """Raise ``ValueError`` unless ``backend`` is one of ``MODEL_BACKENDS`` (for ``config_name.attn_backend``)."""
+    if backend not in MODEL_BACKENDS:
+        raise ValueError(f"{config_name}.attn_backend must be one of {MODEL_BACKENDS}, got {backend!r}")
 
 
 @dataclass
@@ -39,6 +46,9 @@ class GPTConfig:
       (Mistral 7B; Jiang et al., 2023); ``None`` for full causal attention.
     - ``qk_norm``: RMSNorm (eps ``norm_eps``) of each head's queries and keys before RoPE (Dehghani et al.,
       2023; Gemma 3, Qwen3); see ``llmarch.attention.MultiHeadAttention``.
+    - ``attn_backend``: the attention kernel of every layer, one of ``llmarch.efficient.MODEL_BACKENDS``
+      (``reference``, the default and the only one that returns attention weights; ``sdpa``, ``flash``,
+      ``triton``, ``flex``, ``auto``); see ``llmarch.attention.MultiHeadAttention``.
     """
 
     vocab_size: int
@@ -66,8 +76,10 @@ class GPTConfig:
     kerple_variant: str = "log"
     sliding_window: int | None = None
     qk_norm: bool = False
+    attn_backend: str = "reference"
 
     def __post_init__(self):
+        check_attn_backend("GPTConfig", self.attn_backend)
         if self.pos_encoding not in POS_ENCODINGS:
             raise ValueError(f"GPTConfig.pos_encoding must be one of {POS_ENCODINGS}, got {self.pos_encoding!r}")
         for name in ("vocab_size", "context_length", "d_model", "n_layers", "n_heads"):

@@ -20,10 +20,11 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from llmarch._checks import check_tensor, shape_str
+from llmarch._checks import check_tensor, has_values, shape_str
 from llmarch.kv_cache import KVCache
 from llmarch.layers import TransformerBlock
 from llmarch.model.bert import _check_token_ids, key_padding_mask
+from llmarch.model.config import check_attn_backend
 from llmarch.model.gpt import GPT
 
 __all__ = ["EncoderDecoderConfig", "EncoderDecoder", "shift_right"]
@@ -37,7 +38,8 @@ class EncoderDecoderConfig:
     decoder; ``n_encoder_layers`` / ``n_decoder_layers``; ``d_ff`` defaults to ``4 d_model``; ``activation`` of
     the FFN (``gelu`` exact, ``gelu_tanh``, ``relu``, ``silu``); ``norm_eps`` of the LayerNorms;
     ``decoder_start_token_id``: the first decoder input (T5 uses its pad id, 0); ``pad_token_id``: what
-    :meth:`EncoderDecoder.generate` emits after a row's end-of-sequence token.
+    :meth:`EncoderDecoder.generate` emits after a row's end-of-sequence token; ``attn_backend``: the kernel of
+    every attention (self and cross), see ``GPTConfig.attn_backend``.
     """
 
     vocab_size: int
@@ -53,8 +55,10 @@ class EncoderDecoderConfig:
     norm_eps: float = 1e-5
     pad_token_id: int = 0
     decoder_start_token_id: int = 0
+    attn_backend: str = "reference"
 
     def __post_init__(self):
+        check_attn_backend("EncoderDecoderConfig", self.attn_backend)
         for name in ("vocab_size", "max_source_length", "max_target_length", "d_model", "n_encoder_layers",
                      "n_decoder_layers", "n_heads"):
             if getattr(self, name) < 1:
@@ -113,7 +117,8 @@ class EncoderDecoder(nn.Module):
 
         def block(cross_attention: bool) -> TransformerBlock:
             return TransformerBlock(c.d_model, c.n_heads, d_ff=c.d_ff, dropout=c.dropout, activation=c.activation,
-                                    norm_first=True, cross_attention=cross_attention, eps=c.norm_eps)
+                                    norm_first=True, cross_attention=cross_attention, eps=c.norm_eps,
+                                    attn_backend=c.attn_backend)
 
         self.encoder_blocks = nn.ModuleList(block(False) for _ in range(c.n_encoder_layers))
         self.encoder_norm = nn.LayerNorm(c.d_model, eps=c.norm_eps)
@@ -202,6 +207,6 @@ class EncoderDecoder(nn.Module):
             decoder_in = torch.cat([decoder_in, token[:, None]], dim=1)
             if eos_token_id is not None:
                 done |= token == eos_token_id
-                if done.all():
+                if has_values(done) and done.all():  # a meta tensor has no values to stop on
                     break
         return torch.stack(new_tokens, dim=1)

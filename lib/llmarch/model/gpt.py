@@ -17,7 +17,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from llmarch._checks import check_tensor, shape_str
+from llmarch._checks import check_tensor, has_values, shape_str
 from llmarch.kv_cache import KVCache
 from llmarch.layers import TransformerBlock, _make_norm
 from llmarch.model.config import GPTConfig, tiny_gpt_config
@@ -59,7 +59,7 @@ class GPT(nn.Module):
                 c.d_model, c.n_heads, d_ff=c.ffn_hidden, n_kv_heads=c.n_kv_heads, dropout=c.dropout,
                 activation=c.ffn_activation, norm_first=c.norm_first, norm=c.norm, eps=c.norm_eps, ffn=c.ffn,
                 bias=c.bias, mlp_bias=c.mlp_bias, pos_encoding=c.pos_encoding, rope_base=c.rope_base,
-                rotary=rotary, kerple_variant=c.kerple_variant, qk_norm=c.qk_norm,
+                rotary=rotary, kerple_variant=c.kerple_variant, qk_norm=c.qk_norm, attn_backend=c.attn_backend,
             )
             for _ in range(c.n_layers)
         )
@@ -93,7 +93,7 @@ class GPT(nn.Module):
                 f"idx has shape {shape_str(idx.shape)}{f' after {past} cached tokens' if past else ''} but learned "
                 f"positions exist only for the context length {self.config.context_length}"
             )
-        if idx.numel() and (idx.min() < 0 or idx.max() >= self.config.vocab_size):
+        if idx.numel() and has_values(idx) and (idx.min() < 0 or idx.max() >= self.config.vocab_size):
             raise ValueError(f"idx holds ids in [{int(idx.min())}, {int(idx.max())}] but vocab_size is {self.config.vocab_size}")
         if kv_cache is not None and len(kv_cache.layers) != len(self.blocks):
             raise ValueError(f"the cache has {len(kv_cache.layers)} layers but the model has {len(self.blocks)}")
@@ -104,8 +104,10 @@ class GPT(nn.Module):
         if self.config.pos_encoding == "learned":
             h = h + self.pos_emb(positions)
         elif self.config.pos_encoding == "sinusoidal":
-            table = self.pos_table if past + t <= len(self.pos_table) else sinusoidal_encoding(past + t, self.config.d_model)
-            h = h + table[positions].to(h.device)
+            table = self.pos_table
+            if past + t > len(table):
+                table = sinusoidal_encoding(past + t, self.config.d_model, device=h.device)
+            h = h + table[positions].to(h.dtype)
         h = self.drop(h)
         window = None if self.config.sliding_window is None else self.sliding_window_mask(past, t, idx.device)
         for i, block in enumerate(self.blocks):

@@ -17,6 +17,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from llmarch._checks import check_tensor, shape_str
+from llmarch.attention import attention_backend
 from llmarch.data import get_batch, sequential_batches, synthetic_corpus
 from llmarch.model import GPT, TINY_GPT_CHECKPOINT, tiny_gpt_config
 
@@ -83,11 +84,15 @@ def train(
     eval_every: int = 100,
     seed: int = 0,
     grad_clip: float = 1.0,
+    attn_backend: str | None = "sdpa",
 ) -> TrainResult:
     """Train ``model`` (ids ``(B, T)`` -> logits ``(B, T, V)``) with AdamW on random windows of ``train_data``.
 
     Learning rate: :func:`warmup_cosine_lr`. Weight decay applies to matrices only (not to biases, norm
     gains or embeddings' 1-d parameters). Evaluates every ``eval_every`` steps and at the end.
+    ``attn_backend``: the attention kernel while training (default ``"sdpa"``: the reference's attention,
+    1.1-1.6x faster per step for the book's small models on a CPU; ``None`` keeps the model's own); the
+    model's layers get their own backends back afterwards.
     """
     check_tensor("train_data", train_data, dims=1)
     if steps < 1:
@@ -101,24 +106,25 @@ def train(
     )
     result, running = TrainResult(), []
     model.train()
-    for step in range(steps):
-        for group in optimizer.param_groups:
-            group["lr"] = warmup_cosine_lr(step, lr, warmup, steps)
-        x, y = get_batch(train_data, batch_size, context_length, generator)
-        loss = lm_loss(model(x), y)
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        if grad_clip:
-            nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
-        optimizer.step()
-        running.append(loss.item())
-        if (step + 1) % eval_every == 0 or step + 1 == steps:
-            result.steps.append(step + 1)
-            result.tokens.append((step + 1) * batch_size * context_length)
-            result.train_loss.append(sum(running) / len(running))
-            running = []
-            if eval_data is not None:
-                result.eval_loss.append(evaluate(model, eval_data, context_length))
+    with attention_backend(model, attn_backend):
+        for step in range(steps):
+            for group in optimizer.param_groups:
+                group["lr"] = warmup_cosine_lr(step, lr, warmup, steps)
+            x, y = get_batch(train_data, batch_size, context_length, generator)
+            loss = lm_loss(model(x), y)
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            if grad_clip:
+                nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
+            optimizer.step()
+            running.append(loss.item())
+            if (step + 1) % eval_every == 0 or step + 1 == steps:
+                result.steps.append(step + 1)
+                result.tokens.append((step + 1) * batch_size * context_length)
+                result.train_loss.append(sum(running) / len(running))
+                running = []
+                if eval_data is not None:
+                    result.eval_loss.append(evaluate(model, eval_data, context_length))
     return result
 
 
