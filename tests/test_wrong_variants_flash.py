@@ -183,3 +183,30 @@ def test_ps12_full_marks_zero_and_twenty_identical_rows_through_the_command_line
 def _points() -> dict[str, float]:
     return {c.metadata["nbgrader"]["grade_id"]: c.metadata["nbgrader"]["points"] for c in _notebook(PS12).cells
             if c.metadata.get("nbgrader", {}).get("grade")}
+
+
+def test_llmarch_triton_kernels_meet_the_checks_references_on_the_graded_cases():
+    """An independent implementation, llmarch's FlashAttention-2 kernels (``triton_flash_attention``, in the
+    interpreter), passes the checks' float64 references (SDPA and its gradients) on seed 0's cases, with the
+    checks' tolerances and tile sizes: the references and tolerances accept a correct float32 kernel."""
+    import numpy as np
+    import torch
+
+    from autograder.assignments import ps12_flash as m
+    from llmarch.efficient import triton_flash_attention
+
+    rng = np.random.default_rng(0)
+    forward = [(case, False, m.ref_output(*case.args)) for case in m._forward(rng)]
+    for case, is_causal, ref in forward + [(case, True, m.ref_causal(*case.args)[0]) for case in m._causal(rng)]:
+        q, k, v, block_m, block_n = case.args
+        out = triton_flash_attention(*(torch.tensor(x, dtype=torch.float32) for x in (q, k, v)),
+                                     is_causal=is_causal, block_q=block_m, block_k=block_n)
+        np.testing.assert_allclose(out.double().numpy(), ref, rtol=m.RTOL, atol=m.ATOL)
+    for case in m._backward(rng):
+        q, k, v, d_out, is_causal, block_m, block_n = case.args
+        qkv = [torch.tensor(x, dtype=torch.float32, requires_grad=True) for x in (q, k, v)]
+        triton_flash_attention(*qkv, is_causal=is_causal, block_q=block_m, block_k=block_n).backward(
+            torch.tensor(d_out, dtype=torch.float32))
+        expected = (m.ref_dq(*case.args), *m.ref_dkdv(*case.args))
+        for got, want in zip(qkv, expected):
+            np.testing.assert_allclose(got.grad.double().numpy(), want, rtol=m.RTOL, atol=m.ATOL)
