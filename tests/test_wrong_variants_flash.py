@@ -173,7 +173,8 @@ def test_ps12_full_marks_zero_and_twenty_identical_rows_through_the_command_line
     assert rows["solved"]["status"] == "graded" and float(rows["solved"]["score"]) == sum(auto.values()), rows["solved"]
     assert rows["untouched"]["status"] == "graded" and float(rows["untouched"]["score"]) == 0, rows["untouched"]
     drop = ("student", "id", "seconds", "cpu_seconds")
-    same = [{k: val for k, val in row.items() if k not in drop} for name, row in rows.items() if name.startswith("student")]
+    same = [{k: val for k, val in row.items() if k not in drop} for name, row in rows.items()
+            if name.startswith("student")]
     assert len(same) == 20 and all(row == same[0] for row in same), same
     lost = {gid for gid in MODULE.CHECKS if float(same[0][gid]) == 0}
     assert lost == wrong.loses, sorted(lost)
