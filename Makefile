@@ -130,7 +130,7 @@ course: $(PY_STAMP)
 # .venv lives in the clone, often under /root, which other accounts cannot enter.
 STUDENT_VENV ?= /opt/llmarch-env
 STUDENT_PKGS := "torch==2.13.0" "numpy>=1.26,<3" "matplotlib>=3.8,<4" "jupyterlab>=4.2,<5" "ipykernel>=6.29" \
-                "nbgrader>=0.9.3,<0.10"
+                "nbgrader>=0.9.3,<0.10" "triton==3.7.1; platform_system == 'Linux' and platform_machine == 'x86_64'"
 student-env:
 	python3 -m venv $(STUDENT_VENV)
 	$(STUDENT_VENV)/bin/python -m pip install --quiet $(STUDENT_PKGS)

@@ -16,6 +16,7 @@ ASSIGNMENTS = {
     "ps9-data": "autograder.assignments.ps9_data",
     "ps10-parallel": "autograder.assignments.ps10_parallel",
     "ps11-train": "autograder.assignments.ps11_train",
+    "ps12-flash": "autograder.assignments.ps12_flash",
 }
 
 

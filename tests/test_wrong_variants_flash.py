@@ -1,0 +1,213 @@
+"""The classic wrong answers of ps12-flash (FlashAttention-2 in Triton), and what each must cost, whatever the
+hidden inputs; ps12-flash through the real command line (full marks, zero, identical rows under 20 names).
+
+The method of ``test_wrong_variants.py`` (its harness is reused): each variant is one wrong kernel cell, the rest
+of the notebook is the solution, and under every seed it loses exactly the listed cells. The kernels run in
+triton's interpreter, here as in the sandbox, which is slow; so the in-process runs use three seeds (each check's
+deterministic edge cases are what makes a variant fail every time, the random cases vary with the seed) and run,
+for a variant, the checks whose wrapper launches its kernel: ``test_each_grader_call_launches_only_its_kernel``
+shows that the other checks cannot see the variant's cell.
+"""
+
+from __future__ import annotations
+
+import ast
+import contextlib
+import csv
+import functools
+import io
+import linecache
+import os
+import sys
+
+import pytest
+
+if "triton" not in sys.modules:  # the notebook's kernels need the interpreter, chosen when triton is imported
+    os.environ["TRITON_INTERPRET"] = "1"
+
+from autograder import assignments  # noqa: E402
+from autograder.__main__ import main as grader_main  # noqa: E402
+from autograder.sandbox import bubblewrap_available  # noqa: E402
+from submissions import release, submission, write  # noqa: E402
+from test_wrong_variants import Harness, Variant, _notebook, _test_cells, _visible_failures  # noqa: E402
+
+PS12 = "ps12-flash"
+NOTEBOOK = "ps12-flash.ipynb"
+SEEDS = range(3)
+MODULE = assignments.load(PS12)
+pytestmark = [pytest.mark.filterwarnings("ignore::RuntimeWarning"),
+              pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1",
+                                 reason="triton was imported before this file could set TRITON_INTERPRET=1")]
+
+
+def _solution_cell(gid: str) -> str:
+    return next(c.source for c in _notebook(PS12).cells if c.metadata.get("nbgrader", {}).get("grade_id") == gid)
+
+
+VARIANTS: list[Variant] = []
+
+
+def variant(name: str, cell: str, loses: set[str], *edits: tuple[str, str]) -> None:
+    """The solution's kernel ``cell`` with each ``(old, new)`` replaced once (``old`` must occur)."""
+    source = _solution_cell(cell)
+    for old, new in edits:
+        assert source.count(old) == 1, (name, old)
+        source = source.replace(old, new)
+    VARIANTS.append(Variant(name, cell, frozenset(loses), source))
+
+
+FWD, DKDV, DQ = "flash_fwd_kernel", "flash_bwd_dkdv_kernel", "flash_bwd_dq_kernel"
+FORWARD = {"test_forward", "test_forward_lse", "test_causal"}
+CAUSAL_MASK = "keep = keep & (cols[None, :] <= rows[:, None])"
+variant("running sum not rescaled", FWD, FORWARD, ("l_i = l_i * alpha + ", "l_i = l_i + "))
+variant("accumulator not rescaled", FWD, {"test_forward", "test_causal"},
+        ("acc = acc * alpha[:, None] + ", "acc = acc + "))
+variant("causal mask off by one (a query does not see itself)", FWD, {"test_causal"},
+        (CAUSAL_MASK, CAUSAL_MASK.replace("<=", "<")))
+variant("causal: tiles skipped but the diagonal tiles not masked", FWD, {"test_causal"},
+        (CAUSAL_MASK, "pass"))
+variant("causal loop stops before the diagonal tile", FWD, {"test_causal"},
+        ("end = tl.minimum(T, (tile + 1) * BLOCK_M)", "end = tl.minimum(T, tile * BLOCK_M)"))
+variant("causal loop bound counted in key tiles", FWD, {"test_causal"},
+        ("end = tl.minimum(T, (tile + 1) * BLOCK_M)", "end = tl.minimum(T, (tile + 1) * BLOCK_N)"))
+variant("log-sum-exp without the maximum", FWD, {"test_forward_lse", "test_causal"},
+        ("m_i + tl.log(l_i)", "tl.log(l_i)"))
+variant("padding keys not masked", FWD, {"test_forward", "test_forward_lse"},
+        ("keep = cols[None, :] < T", "keep = cols[None, :] >= 0"))
+variant("dS without delta (dK)", DKDV, {"test_dkdv"}, ("ds = p * (dp - delta[:, None])", "ds = p * dp"))
+variant("dK not scaled", DKDV, {"test_dkdv"}, ("dk * scale", "dk"))
+variant("P recomputed without the log-sum-exp (dK, dV)", DKDV, {"test_dkdv"},
+        ("tl.exp(s - lse[:, None])", "tl.exp(s)"))
+variant("causal dK/dV start at query tile = key tile index", DKDV, {"test_dkdv"},
+        ("begin = (tile * BLOCK_N // BLOCK_M) * BLOCK_M", "begin = tile * BLOCK_M"))
+variant("dQ not scaled", DQ, {"test_dq"}, ("dq * scale", "dq"))
+variant("dS without delta (dQ)", DQ, {"test_dq"},
+        ("p * (dp - delta[:, None])", "p * dp"))
+variant("causal dQ without the mask", DQ, {"test_dq"}, (CAUSAL_MASK, "pass"))
+
+
+def _namespace(v: Variant | None = None) -> dict:
+    """The notebook's namespace after every cell but the test cells; each cell's source is registered with
+    linecache, as IPython does, because ``triton.jit`` reads a kernel's source."""
+    tests = _test_cells(PS12)
+    ns = {"__name__": "__main__"}
+    with contextlib.redirect_stdout(io.StringIO()):
+        for cell in _notebook(PS12, v).cells:
+            gid = cell.metadata.get("nbgrader", {}).get("grade_id")
+            if cell.cell_type == "code" and gid not in tests:
+                filename = f"<{PS12}: cell {gid}{'' if v is None else ': ' + v.name}>"
+                linecache.cache[filename] = (len(cell.source), None, cell.source.splitlines(True), filename)
+                exec(compile(cell.source, filename, "exec"), ns)  # noqa: S102 - our notebooks
+    return ns
+
+
+@pytest.fixture(scope="module")
+def harness(tmp_path_factory):
+    return Harness(PS12, tmp_path_factory.mktemp(PS12))
+
+
+def _checks_of(kernel: str) -> set[str]:
+    return {gid for gid, check in MODULE.CHECKS.items() if kernel in check.depends_on}
+
+
+def test_every_kernel_has_wrong_variants():
+    cells = {cell.metadata["nbgrader"]["grade_id"] for cell in release(PS12, NOTEBOOK).cells
+             if cell.metadata.get("nbgrader", {}).get("solution") and cell.cell_type == "code"}
+    assert cells == {v.cell for v in VARIANTS}
+    assert len({v.name for v in VARIANTS}) == len(VARIANTS)
+
+
+def test_each_grader_call_launches_only_its_kernel():
+    """The wrapper a check calls names exactly the kernels of its ``depends_on`` and no other student cell, so a
+    wrong kernel cannot cost the checks of the other kernels."""
+    kernels = {v.cell for v in VARIANTS}
+    tree = ast.parse(_solution_cell("grader-calls"))
+    wrappers = {node.name: {n.id for n in ast.walk(node) if isinstance(n, ast.Name)} & kernels
+                for node in tree.body if isinstance(node, ast.FunctionDef)}
+    for check in MODULE.CHECKS.values():
+        assert wrappers[check.function] == set(check.depends_on), check.function
+
+
+def test_the_solution_loses_nothing(harness):
+    ns = _namespace()
+    for seed in SEEDS:
+        assert harness.lost(ns, seed) == set(), f"--seed {seed}"
+
+
+@pytest.mark.parametrize("v", VARIANTS, ids=[v.name for v in VARIANTS])
+def test_a_wrong_variant_loses_exactly_its_cells_under_every_seed(v, harness):
+    run = _checks_of(v.cell)
+    assert v.loses and v.loses <= run, (sorted(v.loses), sorted(run))
+    ns = _namespace(v)
+    original = harness.graded
+    harness.graded = lambda seed: sorted(run)
+    try:
+        for seed in SEEDS:
+            lost = harness.lost(ns, seed)
+            assert lost == v.loses, (f"--seed {seed}: loses {sorted(lost)}; expected exactly {sorted(v.loses)}")
+    finally:
+        harness.graded = original
+
+
+@pytest.mark.parametrize("v", VARIANTS, ids=[v.name for v in VARIANTS])
+def test_a_wrong_variant_fails_visible_tests_only_where_it_loses_points(v):
+    failing = set(_visible_failures(PS12, _namespace(v), _checks_of(v.cell)))
+    assert failing and failing <= v.loses, (sorted(failing), sorted(v.loses))
+
+
+@pytest.mark.skipif(not bubblewrap_available(), reason="bubblewrap (Debian package) is not installed")
+def test_ps12_full_marks_zero_and_twenty_identical_rows_through_the_command_line(tmp_path):
+    """The solution gets full marks (of the automatic points; the written answers wait for a person), the release
+    zero, and 20 copies of a forward without the rescaled running sum identical rows that lose exactly its cells."""
+    wrong = VARIANTS[0]
+    subs = tmp_path / "subs"
+    write(submission(PS12, NOTEBOOK), subs / "solved", NOTEBOOK)
+    write(release(PS12, NOTEBOOK), subs / "untouched", NOTEBOOK)
+    for i in range(20):
+        write(submission(PS12, NOTEBOOK, answers={wrong.cell: wrong.source}), subs / f"student{i:02d}", NOTEBOOK)
+    out = tmp_path / "out"
+    assert grader_main(["grade", PS12, str(subs), "--out", str(out), "--workers", "2", "--timeout", "240"]) == 0
+    with open(out / "grades.csv", newline="", encoding="utf-8") as f:
+        rows = {r["student"]: r for r in csv.DictReader(f)}
+    auto = {gid: _points()[gid] for gid in MODULE.CHECKS}
+    assert rows["solved"]["status"] == "graded" and float(rows["solved"]["score"]) == sum(auto.values()), rows["solved"]
+    assert rows["untouched"]["status"] == "graded" and float(rows["untouched"]["score"]) == 0, rows["untouched"]
+    drop = ("student", "id", "seconds", "cpu_seconds")
+    same = [{k: val for k, val in row.items() if k not in drop} for name, row in rows.items()
+            if name.startswith("student")]
+    assert len(same) == 20 and all(row == same[0] for row in same), same
+    lost = {gid for gid in MODULE.CHECKS if float(same[0][gid]) == 0}
+    assert lost == wrong.loses, sorted(lost)
+
+
+@functools.cache
+def _points() -> dict[str, float]:
+    return {c.metadata["nbgrader"]["grade_id"]: c.metadata["nbgrader"]["points"] for c in _notebook(PS12).cells
+            if c.metadata.get("nbgrader", {}).get("grade")}
+
+
+def test_llmarch_triton_kernels_meet_the_checks_references_on_the_graded_cases():
+    """An independent implementation, llmarch's FlashAttention-2 kernels (``triton_flash_attention``, in the
+    interpreter), passes the checks' float64 references (SDPA and its gradients) on seed 0's cases, with the
+    checks' tolerances and tile sizes: the references and tolerances accept a correct float32 kernel."""
+    import numpy as np
+    import torch
+
+    from autograder.assignments import ps12_flash as m
+    from llmarch.efficient import triton_flash_attention
+
+    rng = np.random.default_rng(0)
+    forward = [(case, False, m.ref_output(*case.args)) for case in m._forward(rng)]
+    for case, is_causal, ref in forward + [(case, True, m.ref_causal(*case.args)[0]) for case in m._causal(rng)]:
+        q, k, v, block_m, block_n = case.args
+        out = triton_flash_attention(*(torch.tensor(x, dtype=torch.float32) for x in (q, k, v)),
+                                     is_causal=is_causal, block_q=block_m, block_k=block_n)
+        np.testing.assert_allclose(out.double().numpy(), ref, rtol=m.RTOL, atol=m.ATOL)
+    for case in m._backward(rng):
+        q, k, v, d_out, is_causal, block_m, block_n = case.args
+        qkv = [torch.tensor(x, dtype=torch.float32, requires_grad=True) for x in (q, k, v)]
+        triton_flash_attention(*qkv, is_causal=is_causal, block_q=block_m, block_k=block_n).backward(
+            torch.tensor(d_out, dtype=torch.float32))
+        expected = (m.ref_dq(*case.args), *m.ref_dkdv(*case.args))
+        for got, want in zip(qkv, expected):
+            np.testing.assert_allclose(got.grad.double().numpy(), want, rtol=m.RTOL, atol=m.ATOL)
