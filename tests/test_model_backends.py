@@ -36,8 +36,10 @@ FAMILIES = {
     "mqa": GPTConfig(**TINY, n_kv_heads=1, pos_encoding="rope"),
     "alibi": GPTConfig(**TINY, pos_encoding="alibi"),
     "t5": GPTConfig(**TINY, pos_encoding="t5"),
+    "kerple": GPTConfig(**TINY, pos_encoding="kerple"),
+    "qk-norm-window": llama_config(**TINY, n_kv_heads=2, d_ff=64, qk_norm=True, sliding_window=5),
 }
-BIASED = {"alibi", "t5"}
+BIASED = {"alibi", "t5", "kerple", "qk-norm-window"}  # a bias or a window mask: not for flash
 F64 = dict(atol=1e-10, rtol=1e-10)
 
 
@@ -67,7 +69,7 @@ def gpt_models():
 # Every family on SDPA; flash on the unbiased ones (it takes no bias); Flex (slow on CPU: it is evaluated
 # densely, uncompiled) on GQA and both biases; "auto" is SDPA on CPU, once.
 GPT_CASES = ([(name, "sdpa") for name in sorted(FAMILIES)] + [(name, "flash") for name in sorted(FAMILIES)
-             if name not in BIASED] + [("llama-gqa", "flex"), ("alibi", "flex"), ("t5", "flex"), ("mqa", "auto")])
+             if name not in BIASED] + [("llama-gqa", "flex"), ("alibi", "flex"), ("t5", "flex"), ("kerple", "flex"), ("mqa", "auto")])
 
 
 @pytest.mark.parametrize("name,backend", GPT_CASES)

@@ -42,6 +42,10 @@ GPT_FAMILIES = {
     "alibi": GPTConfig(**TINY, pos_encoding="alibi"),
     "t5": GPTConfig(**TINY, pos_encoding="t5"),
     "sinusoidal": GPTConfig(**TINY, pos_encoding="sinusoidal"),
+    "kerple-log": GPTConfig(**TINY, pos_encoding="kerple"),
+    "kerple-power": GPTConfig(**TINY, pos_encoding="kerple", kerple_variant="power"),
+    "qk-norm": llama_config(**LLAMA, qk_norm=True),
+    "sliding-window": llama_config("mistral-7b", **LLAMA, sliding_window=5),
 }
 BERT_HEADS = (BertForMaskedLM, BertForSequenceClassification, BertForQuestionAnswering)
 BERT = bert_config(vocab_size=40, d_model=32, n_layers=2, n_heads=4, max_position_embeddings=32, dropout=0.0)
