@@ -127,16 +127,22 @@ course: $(PY_STAMP)
 	  $(foreach d,$(DUE),--due $(d))
 
 # What students' notebooks need (they do not import llmarch), in a folder every account can read: the course's
-# .venv lives in the clone, often under /root, which other accounts cannot enter.
+# .venv lives in the clone, often under /root, which other accounts cannot enter. The interpreter must be readable
+# too: a venv only links to the Python it was made from, and a pyenv or conda Python under /root is not, so the
+# system's Python 3.11 is the default. The last step runs the environment as the account `nobody` to prove it.
 STUDENT_VENV ?= /opt/llmarch-env
+STUDENT_PYTHON ?= $(shell [ -x /usr/bin/python3.11 ] && echo /usr/bin/python3.11 || echo python3)
 STUDENT_PKGS := "torch==2.13.0" "numpy>=1.26,<3" "matplotlib>=3.8,<4" "jupyterlab>=4.2,<5" "ipykernel>=6.29" \
                 "nbgrader>=0.9.3,<0.10" "triton==3.7.1; platform_system == 'Linux' and platform_machine == 'x86_64'"
 student-env:
-	python3 -m venv $(STUDENT_VENV)
+	$(STUDENT_PYTHON) -m venv $(STUDENT_VENV)
 	$(STUDENT_VENV)/bin/python -m pip install --quiet $(STUDENT_PKGS)
 	chmod -R a+rX $(STUDENT_VENV)
 	$(STUDENT_VENV)/bin/python -m ipykernel install --name llmarch --display-name "Python (llmarch course)" \
 	  --prefix /usr/local
+	@cd / && runuser -u nobody -- $(STUDENT_VENV)/bin/python -c "import numpy, torch, matplotlib, nbgrader" \
+	  || { echo "$(STUDENT_VENV) cannot be used by other accounts: is $(STUDENT_PYTHON) (or a folder above it) readable by all?"; exit 1; }
+	@echo "$(STUDENT_VENV) works for every account (checked as nobody)"
 
 grade: $(PY_STAMP) $(DEB_STAMP)
 	$(PY) -m autograder grade ps1-attention autograder/demo --out _build/grading/ps1-attention
