@@ -32,6 +32,11 @@ from autograder.term import read_roster
 CANVAS_FIXED = ("Student", "ID", "SIS User ID", "SIS Login ID", "Section")
 
 
+
+def _natural_key(name: str) -> list:
+    """Sort key that orders the numbers inside names by value: ``ps2-...`` before ``ps10-...``."""
+    return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", name)]
+
 def term_grades(path: Path) -> tuple[list[str], dict[str, float], list[dict]]:
     """(assignments, assignment -> max points, one dict per student: ``student`` (nbgrader's Student),
     ``final`` (assignment -> points after the penalty) and ``pending`` (assignments to grade by hand))."""
@@ -41,7 +46,7 @@ def term_grades(path: Path) -> tuple[list[str], dict[str, float], list[dict]]:
         raise SystemExit(f"no gradebook at {path}")
     students = []
     with open_gradebook(path) as gradebook:
-        names = [a.name for a in gradebook.assignments]
+        names = sorted((a.name for a in gradebook.assignments), key=_natural_key)  # ps1, ps2, ..., ps10
         maxima = {a.name: a.max_score for a in gradebook.assignments}
         for student in gradebook.students:
             final, pending = {}, []
