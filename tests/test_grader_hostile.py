@@ -629,7 +629,7 @@ def test_feedback_never_shows_expected_values(graded):
 def test_same_notebook_same_row_under_any_name(graded):
     _, _, _, rows = graded
     same = [row_for(rows, n) for n in ("=HYPERLINK(\"http:evil\")", "+cmd", "@SUM(1)", "new\nline")]
-    drop = ("student", "seconds", "cpu_seconds")
+    drop = ("student", "id", "seconds", "cpu_seconds")
     assert all({k: v for k, v in r.items() if k not in drop} == {k: v for k, v in same[0].items() if k not in drop}
                for r in same)
 

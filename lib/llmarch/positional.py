@@ -496,10 +496,10 @@ def kerple_bias(n_heads: int, t_q: int, t_k: int | None = None, variant: str = "
     - ``variant="log"``:   ``b[h, i, j] = -r1[h] * log(1 + r2[h] * n)``;
     - ``variant="power"``: ``b[h, i, j] = -r1[h] * n ** r2[h]``, with ``0 < r2 <= 2``.
 
-    Book: Positional encodings, "KERPLE". ``r1`` and ``r2`` are positive floats or ``(n_heads,)`` tensors
-    (gradients flow through them); query ``i`` sits at position ``i + offset`` (default ``t_k - t_q``). The power
-    variant with ``r2 = 1`` and ``r1`` the ALiBi slopes is ALiBi on every causal entry. Computed in the dtype of
-    the tensor parameters (float32 for plain numbers), on their device.
+    Book: Positional encodings, "KERPLE: kernels of the distance". ``r1`` and ``r2`` are positive floats or
+    ``(n_heads,)`` tensors (gradients flow through them); query ``i`` sits at position ``i + offset`` (default
+    ``t_k - t_q``). The power variant with ``r2 = 1`` and ``r1`` the ALiBi slopes is ALiBi on every causal entry.
+    Computed in the dtype of the tensor parameters (float32 for plain numbers), on their device.
     """
     if variant not in KERPLE_VARIANTS:
         raise ValueError(f"KERPLE variant must be one of {KERPLE_VARIANTS}, got {variant!r}")
@@ -533,8 +533,8 @@ def _kerple_kernel(t_q: int, t_k: int, offset: int, variant: str, r1: torch.Tens
 class KerpleBias(nn.Module):
     """KERPLE's bias with learned, positive per-head ``r1`` and ``r2`` (:func:`kerple_bias`).
 
-    Book: Positional encodings, "KERPLE". Positivity is built into the parametrisation instead of clamping:
-    ``r = softplus(raw)`` (and ``r2 = 2 sigmoid(raw)`` for the power variant, so ``0 < r2 < 2``). At
+    Book: Positional encodings, "KERPLE: kernels of the distance". Positivity is built into the parametrisation
+    instead of clamping: ``r = softplus(raw)`` (and ``r2 = 2 sigmoid(raw)`` for the power variant, so ``0 < r2 < 2``). At
     initialisation ``r1 ~ U(0, 2)`` and ``r2 ~ U(0, 1)`` per head, the ranges of the authors' code.
     ``forward(t_q, t_k, offset=None)`` returns ``(n_heads, t_q, t_k)`` as :class:`T5RelativeBias` does.
     """

@@ -132,7 +132,7 @@ def kerple_score_mod(r1: torch.Tensor, r2: torch.Tensor, variant: str = "log", o
     ``n = |q_idx + offset - kv_idx|``: ``score - r1[h] log(1 + r2[h] n)`` (``log``) or ``score - r1[h] n^r2[h]``
     (``power``). ``r1, r2 (H,)``, e.g. ``KerpleBias.r1`` and ``.r2`` (detached).
 
-    Book: Positional encodings, "KERPLE".
+    Book: Positional encodings, "KERPLE: kernels of the distance".
     """
     check_tensor("r1", r1, dims=1, floating=True)
     check_tensor("r2", r2, dims=1, floating=True)

@@ -2,7 +2,7 @@
 averaged by all-reduce in buckets, launched asynchronously from backward hooks so that communication
 overlaps the rest of the backward pass.
 
-Book: Training at scale, "Data parallelism".
+Book: Training at scale, "Data parallelism, ZeRO and FSDP".
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ class _Bucket:
 class DDP(nn.Module):
     """Wrap ``module`` for data parallelism over the default process group.
 
-    Book: Training at scale, "Data parallelism".
+    Book: Training at scale, "Data parallelism, ZeRO and FSDP".
 
     At wrap time rank 0's parameters and buffers are broadcast, so every rank starts equal. Trainable
     parameters (frozen ones are left alone) are packed in reverse registration order, roughly the order in

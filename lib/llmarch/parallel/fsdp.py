@@ -1,7 +1,7 @@
 """Fully sharded data parallelism (ZeRO stage 3, FSDP): every matrix is split across the ranks; a layer's
 full weight exists only while that layer runs forward or backward.
 
-Book: Training at scale, "Fully sharded data parallelism".
+Book: Training at scale, "Data parallelism, ZeRO and FSDP".
 """
 
 from __future__ import annotations
@@ -75,7 +75,7 @@ class _GatheredWeight(torch.autograd.Function):
 class FSDP(nn.Module):
     """Wrap ``module`` for fully sharded data parallelism over the default process group.
 
-    Book: Training at scale, "Fully sharded data parallelism".
+    Book: Training at scale, "Data parallelism, ZeRO and FSDP".
 
     Every submodule that owns a 2-D parameter ``weight`` (Linear, Embedding, whatever its class) has it
     replaced by ``weight_shard``: ``1/N`` of the flattened matrix, in float32 (the master copy the

@@ -2,7 +2,7 @@
 optimiser states of only ``1/N`` of the parameters; after its step each rank broadcasts the parameters it
 owns.
 
-Book: Training at scale, "Sharding the optimiser state: ZeRO".
+Book: Training at scale, "Data parallelism, ZeRO and FSDP".
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ class ShardedOptimizer(torch.optim.Optimizer):
     new parameter goes to the rank owning the fewest elements so far, so the shards are balanced); that
     rank alone keeps ``p``'s optimiser state and updates ``p``; then ``p`` is broadcast from its owner.
 
-    Book: Training at scale, "Sharding the optimiser state: ZeRO".
+    Book: Training at scale, "Data parallelism, ZeRO and FSDP".
 
     ``ShardedOptimizer(params, optimizer_cls, **kwargs)`` builds ``optimizer_cls(local_params, **kwargs)``
     (e.g. :class:`llmarch.optim.AdamW`). ``param_groups`` hold every parameter (so clipping and schedules
