@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parents[1]
 HTML = ROOT / "_build" / "html"
 SHOTS = ROOT / "_build" / "screenshots"
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-PAGES_WITHOUT_FIGURES = {"intro", "references"}
+PAGES_WITHOUT_FIGURES = {"intro", "references", "problem-sets"}
 PAGES = sorted(p.relative_to(HTML).as_posix() for p in (HTML / "book").glob("*.html")) if HTML.exists() else []
 
 
