@@ -391,8 +391,12 @@ def _(folder, name):
 HUNT = OPEN_FILES + """
 def _hunt():
     needles = [('spec' + '.json').encode(), ('"ret' + 'urns": ').encode()]
+    import sys
+    python = tuple(os.path.realpath(p) + os.sep for p in {sys.prefix, sys.base_prefix})
     for top in ('/grader', '/tmp', '/submission', '/run', '/var', '/dev/shm', '/home'):
         for folder, _, files in os.walk(top):
+            if (os.path.realpath(folder) + os.sep).startswith(python):
+                continue  # the Python the sandbox runs (a clone under /tmp or /home brings its .venv along)
             if any(f == 'spec' + '.json' or f.endswith(('.npy', '.zip')) for f in files):
                 return 'file in ' + folder
     for pid in filter(str.isdigit, os.listdir('/proc')):
