@@ -397,9 +397,11 @@ def test_ps11_release_files_are_what_the_generator_writes():
             with np.load(ROOT / folder / PS11 / name) as saved:
                 assert sorted(saved.files) == sorted(arrays), (folder, name)
                 for key, value in arrays.items():
-                    same = np.array_equal(saved[key], value) if value.dtype.kind in "iuU" else \
-                        np.allclose(saved[key], value, rtol=1e-12, atol=1e-14)
-                    assert same, (folder, name, key)
+                    where = f"{folder}/{PS11}/{name}: {key}"
+                    if value.dtype.kind in "iuU":
+                        np.testing.assert_array_equal(saved[key], value, err_msg=where)
+                    else:
+                        np.testing.assert_allclose(saved[key], value, rtol=1e-12, atol=1e-14, err_msg=where)
 
 
 def test_ps11_training_clip_acts_at_every_step():
