@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import ast
 import contextlib
-import csv
 import functools
 import io
 import linecache
@@ -29,7 +28,9 @@ from autograder import assignments  # noqa: E402
 from autograder.__main__ import main as grader_main  # noqa: E402
 from autograder.sandbox import bubblewrap_available  # noqa: E402
 from submissions import release, submission, write  # noqa: E402
-from test_wrong_variants import Harness, Variant, _notebook, _test_cells, _visible_failures  # noqa: E402
+from test_wrong_variants import (  # noqa: E402
+    Harness, Variant, _notebook, _test_cells, _visible_failures, assert_copies_identical, read_grades,
+)
 
 PS12 = "ps12-flash"
 NOTEBOOK = "ps12-flash.ipynb"
@@ -167,17 +168,11 @@ def test_ps12_full_marks_zero_and_twenty_identical_rows_through_the_command_line
         write(submission(PS12, NOTEBOOK, answers={wrong.cell: wrong.source}), subs / f"student{i:02d}", NOTEBOOK)
     out = tmp_path / "out"
     assert grader_main(["grade", PS12, str(subs), "--out", str(out), "--workers", "2", "--timeout", "240"]) == 0
-    with open(out / "grades.csv", newline="", encoding="utf-8") as f:
-        rows = {r["student"]: r for r in csv.DictReader(f)}
+    rows = read_grades(out)
     auto = {gid: _points()[gid] for gid in MODULE.CHECKS}
     assert rows["solved"]["status"] == "graded" and float(rows["solved"]["score"]) == sum(auto.values()), rows["solved"]
     assert rows["untouched"]["status"] == "graded" and float(rows["untouched"]["score"]) == 0, rows["untouched"]
-    drop = ("student", "id", "seconds", "cpu_seconds")
-    same = [{k: val for k, val in row.items() if k not in drop} for name, row in rows.items()
-            if name.startswith("student")]
-    assert len(same) == 20 and all(row == same[0] for row in same), same
-    lost = {gid for gid in MODULE.CHECKS if float(same[0][gid]) == 0}
-    assert lost == wrong.loses, sorted(lost)
+    assert_copies_identical(rows, PS12, wrong.loses)
 
 
 @functools.cache
