@@ -84,12 +84,14 @@ def read_rows(path: Path) -> dict[str, dict[str, str]]:
 def result_row(result, template, student_id: str, timing=None, lms_id: str = "") -> dict[str, str]:
     """One submission's row. ``score`` counts the automatically graded points, ``max_score`` every point of the
     assignment (written answers too), ``manual_pending`` the points still to be graded by hand (none for a
-    submission that is missing), ``submitted_at``/``late_seconds``/``penalty`` come from ``timing`` (a
-    ``lateness.Timing``; blank when unknown), ``id`` is the student's id in feedback/ and the gradebook."""
+    submission that is missing or not a readable notebook), ``submitted_at``/``late_seconds``/``penalty`` come
+    from ``timing`` (a ``lateness.Timing``; blank when unknown), ``id`` is the student's id in feedback/ and the
+    gradebook."""
     from autograder.lateness import format_time
 
     by_id = {i.grade_id: i for i in result.items}
-    manual = sum(i.points for i in template.items if i.kind == "manual") if result.status != "missing" else 0.0
+    unreadable = result.status in ("missing", "invalid-notebook")  # no written answer to grade by hand
+    manual = 0.0 if unreadable else sum(i.points for i in template.items if i.kind == "manual")
     late = None if timing is None else timing.late_seconds
     row = {
         "student": csv_safe(result.student),

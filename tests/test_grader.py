@@ -245,8 +245,8 @@ def test_submission_gets_its_expected_status_and_points(name, graded):
         assert float(row["score"]) <= score, f"{name}: {row}"
     elif score is not None:
         assert float(row["score"]) == score, f"{name}: {row}"
-    assert float(row["max_score"]) == FULL + 2  # and the 2-point written answer, pending unless nothing came in
-    assert row["manual_pending"] == ("0" if row["status"] == "missing" else "2")
+    assert float(row["max_score"]) == FULL + 2  # and the 2-point written answer, pending unless nothing readable came in
+    assert row["manual_pending"] == ("0" if row["status"] in {"missing", "invalid-notebook"} else "2")
     html = (out / "feedback" / name / "ps1-attention.html").read_text()
     assert f"Status: {row['status']}" in html
 
