@@ -159,8 +159,7 @@ experiments: $(PY_STAMP)
 	$(PY) benchmarks/bench_kv_cache.py --csv book/data/kv_cache_timing.csv
 	$(PY) benchmarks/bench_attention.py --csv book/data/attention_benchmark.csv
 	$(PY) book/experiments/scaling_study.py
-	$(PY) book/experiments/modern_decoder.py
-	$(PY) book/experiments/modern_decoder_lr.py
+	$(PY) book/experiments/modern_decoder.py --jobs 2
 	$(PY) book/experiments/induction_heads.py
 	$(PY) book/experiments/pretraining_objectives.py
 	$(PY) book/experiments/t5_diagnostics.py
