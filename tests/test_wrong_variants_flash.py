@@ -28,7 +28,9 @@ import shutil
 
 import pytest
 
-from autograder import assignments, capture
+import torch
+
+from autograder import assignments, capture, gpu_benchmark
 from autograder.__main__ import main as grader_main
 from autograder.sandbox import bubblewrap_available
 from submissions import release, submission, write
@@ -222,6 +224,10 @@ def test_ps12_full_marks_zero_and_twenty_identical_rows_through_the_command_line
     assert rows["solved"]["status"] == "graded" and float(rows["solved"]["score"]) == sum(auto.values()), rows["solved"]
     assert rows["untouched"]["status"] == "graded" and float(rows["untouched"]["score"]) == 0, rows["untouched"]
     assert_copies_identical(rows, PS12, wrong.loses)
+    # the kernels' speed is information in the feedback only, never in the gradebook's rows
+    assert not any("TFLOP/s" in row["notes"] or gpu_benchmark.NO_GPU in row["notes"] for row in rows.values())
+    if not torch.cuda.is_available():
+        assert gpu_benchmark.NO_GPU in (out / "feedback" / "solved" / "ps12-flash.html").read_text()
 
 
 @functools.cache
