@@ -11,7 +11,7 @@ inside the sandbox, so it is checked and bounded, and it can only change what th
 shows :func:`feedback_lines`. Nothing here changes a grade; any failure becomes "benchmark skipped: <reason>".
 
 The student's kernels take float32 (the notebook's contract: exact float32 ``tl.dot``); PyTorch's flash backend
-takes only 16-bit inputs, so the peer runs in float16 on the same values.
+takes only 16-bit inputs, so the peer runs in float16 on the same values (cast once, outside the timing).
 
 FLOP count, the FlashAttention-2 paper's (Dao, 2023, section 4.1, "Benchmarking attention"): the forward does
 ``4 B H T^2 d`` FLOPs (two matmuls, ``Q K^T`` and ``P V``, of ``2 B H T^2 d`` each), half of that when causal; the
@@ -86,12 +86,12 @@ def student_backward(ns: dict, q, k, v, out, lse, d_out, causal: bool, blocks=BL
 
 
 def flash_sdpa(q, k, v, causal: bool):
-    """PyTorch's FlashAttention-2 backend alone (no fallback), in float16."""
+    """PyTorch's FlashAttention-2 backend alone (no fallback); it takes float16 or bfloat16 inputs only."""
     import torch.nn.functional as F
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
     with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
-        return F.scaled_dot_product_attention(q.half(), k.half(), v.half(), is_causal=causal)
+        return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
 
 
 def cuda_timer(fn) -> float:
@@ -132,17 +132,20 @@ def _timed(pass_, shape, causal, student_fn, peer_fn, timer) -> dict:
     return _row(pass_, shape, causal, student_tflops=flops / student_ms / 1e9, peer_tflops=flops / peer_ms / 1e9)
 
 
-def measure(ns: dict, device: str, shapes=SHAPES, blocks=BLOCKS, timer=cuda_timer, peer=flash_sdpa) -> list[dict]:
-    """One row per (shape, causal, pass): the TFLOP/s of the student's kernels and of ``peer`` timed by
-    ``timer(fn) -> ms``, or ``"skipped"`` with the reason (a kernel that raised, or whose result differs from
-    float32 SDPA). The backward is timed only where the kernels exist and the forward is right. ``device``,
-    ``timer`` and ``peer`` are parameters so that the course's tests run this on CPU."""
+def measure(ns: dict, device: str, shapes=SHAPES, blocks=BLOCKS, timer=cuda_timer, peer=flash_sdpa,
+            peer_dtype: str = "float16") -> list[dict]:
+    """One row per (shape, causal, pass): the TFLOP/s of the student's kernels (float32) and of ``peer`` (on
+    the same values in ``peer_dtype``, cast before the timing) timed by ``timer(fn) -> ms``, or ``"skipped"``
+    with the reason (a kernel that raised, or whose result differs from float32 SDPA). The backward is timed
+    only where the kernels exist and the forward is right. ``device``, ``timer``, ``peer`` and ``peer_dtype``
+    are parameters so that the course's tests run this on CPU."""
     import torch
 
     rows = []
     for shape in shapes:
         g = torch.Generator().manual_seed(0)
         q, k, v, d_out = (torch.randn(*shape, generator=g).to(device) for _ in range(4))
+        peer_inputs = [x.to(getattr(torch, peer_dtype)) for x in (q, k, v, d_out)]
         for causal in (False, True):
             ref_out, ref_grads = _reference(q, k, v, d_out, causal)
             try:
@@ -154,12 +157,13 @@ def measure(ns: dict, device: str, shapes=SHAPES, blocks=BLOCKS, timer=cuda_time
                 rows.append(_row("forward", shape, causal, skipped="your forward's output differs from SDPA's"))
                 continue
             rows.append(_timed("forward", shape, causal, lambda: student_forward(ns, q, k, v, causal, blocks),
-                               lambda: peer(q, k, v, causal), timer))
-            rows.append(_backward_row(ns, shape, causal, (q, k, v, out, lse, d_out), ref_grads, blocks, timer, peer))
+                               lambda: peer(*peer_inputs[:3], causal), timer))
+            rows.append(_backward_row(ns, shape, causal, (q, k, v, out, lse, d_out), ref_grads, blocks, timer,
+                                      peer, peer_inputs))
     return rows
 
 
-def _backward_row(ns, shape, causal, tensors, ref_grads, blocks, timer, peer) -> dict:
+def _backward_row(ns, shape, causal, tensors, ref_grads, blocks, timer, peer, peer_inputs) -> dict:
     import torch
 
     q, k, v, out, lse, d_out = tensors
@@ -172,11 +176,10 @@ def _backward_row(ns, shape, causal, tensors, ref_grads, blocks, timer, peer) ->
     for name, got, want in zip(("dQ", "dK", "dV"), grads, ref_grads):
         if not _close(got[:1, :2], want):
             return _row("backward", shape, causal, skipped=f"your {name} differs from SDPA's gradient")
-    qp, kp, vp = (x.detach().clone().requires_grad_() for x in (q, k, v))
+    qp, kp, vp = (x.detach().clone().requires_grad_() for x in peer_inputs[:3])
     peer_out = peer(qp, kp, vp, causal)
-    peer_grad = d_out.to(peer_out.dtype)
     return _timed("backward", shape, causal, lambda: student_backward(ns, q, k, v, out, lse, d_out, causal, blocks),
-                  lambda: torch.autograd.grad(peer_out, (qp, kp, vp), peer_grad, retain_graph=True), timer)
+                  lambda: torch.autograd.grad(peer_out, (qp, kp, vp), peer_inputs[3], retain_graph=True), timer)
 
 
 def _describe(err: BaseException) -> str:
@@ -289,7 +292,7 @@ def main(argv=None) -> None:
         if args.cpu_test is None:
             rows = measure(ns, "cuda")
         else:
-            rows = measure(ns, "cpu", [tuple(args.cpu_test)], (16, 16), _cpu_timer, _plain_sdpa)
+            rows = measure(ns, "cpu", [tuple(args.cpu_test)], (16, 16), _cpu_timer, _plain_sdpa, "float32")
         result = rows
     except Exception as err:  # noqa: BLE001 - information only: every failure is a reason to show
         result = {"skipped": _describe(err)}

@@ -48,7 +48,7 @@ def _measure(ns: dict) -> list[dict]:
         calls.append(fn)
         return 2.0 if len(calls) % 2 else 1.0
 
-    rows = gb.measure(ns, "cpu", [SHAPE], (16, 16), timer, gb._plain_sdpa)
+    rows = gb.measure(ns, "cpu", [SHAPE], (16, 16), timer, gb._plain_sdpa, "bfloat16")  # the peer cast as on a GPU
     assert len(calls) == 2 * sum("skipped" not in row for row in rows)
     return rows
 
