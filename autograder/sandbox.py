@@ -16,7 +16,8 @@ bubblewrap (`bwrap`) sandbox:
   generated `passwd`/`group`/`hosts`); the grader's Python installation and venv, read-only at their
   host paths (venv scripts use absolute paths); the caller's `ro_binds`; the submission folder,
   read-write at `/submission` (cwd and HOME); a private, size-limited `/tmp` and `/dev/shm`; a new
-  `/proc` and a minimal `/dev`. Nothing else of the host is visible -- in particular not the repository
+  `/proc` and a minimal `/dev` (plus the caller's `devices`, e.g. a GPU's, with /sys's device folders
+  read-only). Nothing else of the host is visible -- in particular not the repository
   (`lib/`, `solutions/`, `autograder/`), other submissions or the gradebook, so the editable install
   of `llmarch` in the venv cannot be imported (its finder points at the unmounted `lib/`).
 * **Namespaces.** New pid, network (loopback only), IPC, UTS and cgroup namespaces, `--new-session`
