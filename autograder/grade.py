@@ -308,12 +308,12 @@ def _phase1(assignment: str, student: str, loaded: Loaded, options: Options) -> 
 BENCHMARK_LIMITS = Limits(wall_seconds=300.0, cpu_seconds=300, memory_mb=16384, max_processes=256)
 
 
-def _gpu_benchmark(workdir: Path, options: Options, cuda_available=None) -> list[str]:
+def _gpu_benchmark(workdir: Path, options: Options, cuda_available: bool | None = None) -> list[str]:
     """The feedback's information lines on the speed of the kernels (``gpu_benchmark.py``): where this machine
     has CUDA, a second sandboxed run, after the graded one and apart from it, that sees the GPU's device files;
     its outcome changes no point and no status, and any failure is one line "benchmark skipped: ..."."""
     try:
-        if not (torch_cuda_available() if cuda_available is None else cuda_available):
+        if not (_torch_cuda_available() if cuda_available is None else cuda_available):
             return [gpu_benchmark.NO_GPU]
         devices = tuple(sorted(str(p) for p in Path("/dev").glob("nvidia*")))
         run = run_sandboxed(
@@ -328,7 +328,7 @@ def _gpu_benchmark(workdir: Path, options: Options, cuda_available=None) -> list
         return [f"benchmark skipped: {type(err).__name__}: {str(err)[:200]}"]
 
 
-def torch_cuda_available() -> bool:
+def _torch_cuda_available() -> bool:
     import torch
 
     return torch.cuda.is_available()
