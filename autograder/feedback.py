@@ -57,6 +57,9 @@ def render(result, assignment: str, max_score: float) -> str:
         parts.append("<h2>Changes to read-only cells</h2><ul>" + "".join(f"<li>{e(n)}</li>" for n in result.tampering) + "</ul>")
     if result.notes:
         parts.append("<h2>Notes</h2><ul>" + "".join(f"<li>{e(n)}</li>" for n in result.notes) + "</ul>")
+    if result.information:
+        parts.append("<h2>Information (not graded)</h2><ul>"
+                     + "".join(f"<li>{e(n)}</li>" for n in result.information) + "</ul>")
     if result.cell_errors:
         parts.append("<h2>Errors raised while your notebook ran</h2>"
                      + "".join(f"<pre>{e(msg)}</pre>" for msg in result.cell_errors))

@@ -41,7 +41,7 @@ from pathlib import Path
 import nbformat
 import numpy as np
 
-from autograder import assignments
+from autograder import assignments, gpu_benchmark
 from autograder.checks import CheckResult, captured_files, expected_results, judge, pack_inputs, write_inputs
 from autograder.intake import MAX_SIBLING_BYTES, Loaded, Submission, load
 from autograder.notebooks import InvalidNotebook, Prepared, Template, parse_notebook, prepare
@@ -84,6 +84,7 @@ class SubmissionResult:
     cell_errors: list[str] = field(default_factory=list)
     answers: dict[str, str] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)  # informational: copies ignored, files found, ...
+    information: list[str] = field(default_factory=list)  # feedback only, never in the CSV: GPU speed
     seconds: float = 0.0  # wall time of grading it
     cpu_seconds: float | None = None  # CPU time the notebook used, as its cgroup counted it (None: not measured)
 
@@ -233,6 +234,7 @@ class Phase1Result:
     run: SandboxResult | None = None
     files: dict[str, bytes] = field(default_factory=dict)  # the captured results that judge() reads
     cells: list[dict] = field(default_factory=list)  # the runner's record (untrusted)
+    information: list[str] = field(default_factory=list)  # SubmissionResult.information
     seconds: float = 0.0
 
 
@@ -299,7 +301,37 @@ def _phase1(assignment: str, student: str, loaded: Loaded, options: Options) -> 
                  for name, limit in captured_files(check, gid, expected[gid]).items()}
         files = _collect(workdir, names)
         cells = parse_run_record(read_result_file(workdir, ".grader-run.json", MAX_RUN_RECORD_BYTES))
-    return Phase1Result(student, "", "", notes, prepared, cases, expected, run, files, cells)
+        information = _gpu_benchmark(workdir, options) if getattr(module, "GPU_BENCHMARK", False) else []
+    return Phase1Result(student, "", "", notes, prepared, cases, expected, run, files, cells, information)
+
+
+BENCHMARK_LIMITS = Limits(wall_seconds=300.0, cpu_seconds=300, memory_mb=16384, max_processes=256)
+
+
+def _gpu_benchmark(workdir: Path, options: Options, cuda_available: bool | None = None) -> list[str]:
+    """The feedback's information lines on the speed of the kernels (``gpu_benchmark.py``): where this machine
+    has CUDA, a second sandboxed run, after the graded one and apart from it, that sees the GPU's device files;
+    its outcome changes no point and no status, and any failure is one line "benchmark skipped: ..."."""
+    try:
+        if not (_torch_cuda_available() if cuda_available is None else cuda_available):
+            return [gpu_benchmark.NO_GPU]
+        devices = tuple(sorted(str(p) for p in Path("/dev").glob("nvidia*")))
+        run = run_sandboxed(
+            [sys.executable, "/grader/gpu_benchmark.py", f"/submission/{NOTEBOOK_IN_SANDBOX}"], workdir,
+            BENCHMARK_LIMITS, ro_binds={PACKAGE / "gpu_benchmark.py": "/grader/gpu_benchmark.py"},
+            devices=devices, unsafe_no_sandbox=options.unsafe_no_sandbox)
+        raw = read_result_file(workdir, gpu_benchmark.RESULT_FILE, 2**16)
+        if raw is None and run.killed_by:
+            return [f"benchmark skipped: it was stopped ({run.killed_by} limit of the benchmark's sandbox)"]
+        return gpu_benchmark.feedback_lines(gpu_benchmark.read_rows(raw))
+    except Exception as err:  # noqa: BLE001 - information only: it must never change a grade
+        return [f"benchmark skipped: {type(err).__name__}: {str(err)[:200]}"]
+
+
+def _torch_cuda_available() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
 
 
 def run_phase2(assignment: str, phase1: Phase1Result, options: Options) -> SubmissionResult:
@@ -335,7 +367,7 @@ def _phase2(assignment: str, phase1: Phase1Result, options: Options) -> Submissi
     cell_errors = [f"{origins[c['index']] if 0 <= c['index'] < len(origins) else 'a cell'}: {c['ename']}: {c['evalue']}"
                    for c in phase1.cells if c["status"] == "error"]
     return SubmissionResult(phase1.student, status, detail, items, prepared.tampering, cell_errors[:20],
-                            prepared.answers, phase1.notes, cpu_seconds=run.cpu_seconds)
+                            prepared.answers, phase1.notes, phase1.information, cpu_seconds=run.cpu_seconds)
 
 
 def _judge_all(template: Template, checks: dict, cases: dict, expected: dict,

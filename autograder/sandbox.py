@@ -16,7 +16,8 @@ bubblewrap (`bwrap`) sandbox:
   generated `passwd`/`group`/`hosts`); the grader's Python installation and venv, read-only at their
   host paths (venv scripts use absolute paths); the caller's `ro_binds`; the submission folder,
   read-write at `/submission` (cwd and HOME); a private, size-limited `/tmp` and `/dev/shm`; a new
-  `/proc` and a minimal `/dev`. Nothing else of the host is visible -- in particular not the repository
+  `/proc` and a minimal `/dev` (plus the caller's `devices`, e.g. a GPU's, with /sys's device folders
+  read-only). Nothing else of the host is visible -- in particular not the repository
   (`lib/`, `solutions/`, `autograder/`), other submissions or the gradebook, so the editable install
   of `llmarch` in the venv cannot be imported (its finder points at the unmounted `lib/`).
 * **Namespaces.** New pid, network (loopback only), IPC, UTS and cgroup namespaces, `--new-session`
@@ -169,6 +170,7 @@ _SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib64", "/lib32", "/libx32")
 # /etc entries the Python stack needs; the rest of /etc stays hidden.
 _ETC_FILES = ("ld.so.cache", "localtime", "timezone", "nsswitch.conf", "alternatives", "fonts")
 # ro_binds may not land inside these (they are read-only mounts or the student's own folder).
+_DEVICE_SYS_DIRS = ("/sys/bus", "/sys/class", "/sys/dev", "/sys/devices", "/sys/module")  # read-only, with devices
 _RESERVED_DESTINATIONS = ("/usr", "/etc", "/proc", "/dev", "/tmp", SANDBOX_DIR)
 _POLL_SECONDS = 0.05  # longest pause between two checks of a running sandbox
 _WATCHDOG_SECONDS = 0.1  # pause between two memory watchdog scans (each reads /proc)
@@ -823,7 +825,7 @@ class _BwrapCommand:
 
 
 def _bwrap_argv(bwrap: str, argv: list[str], workdir: Path, limits: Limits, ro_binds: dict[Path, str],
-                cgroups: _RunCgroups, uid: int, privileged: bool) -> _BwrapCommand:
+                cgroups: _RunCgroups, uid: int, privileged: bool, devices: tuple[str, ...] = ()) -> _BwrapCommand:
     """The full command: bwrap options, then (inside) setpriv or prlimit if needed, then `argv`, run as `uid`."""
     runtime_dirs = _python_runtime_dirs()
     _check_trusted_packages_hidden(runtime_dirs + [Path(source) for source in ro_binds])
@@ -869,6 +871,11 @@ def _bwrap_argv(bwrap: str, argv: list[str], workdir: Path, limits: Limits, ro_b
         cmd.data_file(text, f"/etc/{name}")
 
     cmd.add("--proc", "/proc", "--dev", "/dev")
+    for device in devices:  # e.g. a GPU's /dev/nvidia*, which the CUDA driver also reads /sys about
+        cmd.add("--dev-bind", device, device)
+    for directory in _DEVICE_SYS_DIRS if devices else ():
+        if os.path.isdir(directory):
+            cmd.ro_bind(directory, directory)
     tmpfs_bytes = str(max(limits.memory_mb // 4, 16) * MB)  # its pages also count in the memory cgroup
     cmd.add("--perms", "1777", "--size", tmpfs_bytes, "--tmpfs", "/dev/shm", "--remount-ro", "/dev")
     cmd.add("--perms", "1777", "--size", tmpfs_bytes, "--tmpfs", "/tmp")
@@ -984,6 +991,7 @@ def run_sandboxed(argv: list[str], workdir: Path, limits: Limits = Limits(), *,
                   ro_binds: dict[Path, str] | None = None,
                   env: dict[str, str] | None = None,
                   stdin_data: bytes | None = None,
+                  devices: tuple[str, ...] = (),
                   unsafe_no_sandbox: bool = False) -> SandboxResult:
     """Run `argv` in a sandbox with `workdir` read-write at /submission (cwd and HOME); see the module
     docstring for what is isolated and limited.
@@ -993,6 +1001,8 @@ def run_sandboxed(argv: list[str], workdir: Path, limits: Limits = Limits(), *,
     env: added to the sandbox's clean environment.
     stdin_data: what the command reads on its standard input (a pipe that ends after it; default: nothing).
         Once read, no copy of it is left in the sandbox (the grader's hidden inputs travel this way).
+    devices: host device files bound into the sandbox's /dev at the same paths (a GPU's ``/dev/nvidia*``); the
+        sandbox then also sees /sys's device directories read-only. Default: none, a minimal /dev.
     unsafe_no_sandbox: run without isolation (cgroups, rlimits and the parent's kills only); argv and env
         values that start with /submission or a ro_binds destination are rewritten to the host paths.
 
@@ -1011,6 +1021,9 @@ def run_sandboxed(argv: list[str], workdir: Path, limits: Limits = Limits(), *,
             "(Debian/Ubuntu: `apt-get install bubblewrap`) or, only for trusted code, pass "
             "--unsafe-no-sandbox (unsafe_no_sandbox=True).")
     _validate(workdir, ro_binds, privileged and not unsafe_no_sandbox)
+    for device in devices:
+        if not device.startswith("/dev/") or ".." in device or not os.path.exists(device):
+            raise ValueError(f"device {device!r} is not an existing path under /dev/")
 
     slot = None
     cgroups = _RunCgroups({})
@@ -1036,7 +1049,7 @@ def run_sandboxed(argv: list[str], workdir: Path, limits: Limits = Limits(), *,
             sandbox_uid = SANDBOX_UID if slot is None else SLOT_UID_BASE + slot
             if privileged:
                 _chown_tree(workdir, sandbox_uid, sandbox_uid)
-            built = _bwrap_argv(bwrap, argv, workdir, limits, ro_binds, cgroups, sandbox_uid, privileged)
+            built = _bwrap_argv(bwrap, argv, workdir, limits, ro_binds, cgroups, sandbox_uid, privileged, devices)
             child_fds += built.data_fds
             command, cwd = built.args, "/"
             nproc_in_launcher = privileged  # root is exempt until setpriv; see _bwrap_argv otherwise

@@ -2,11 +2,18 @@
 hidden inputs; ps12-flash through the real command line (full marks, zero, identical rows under 20 names).
 
 The method of ``test_wrong_variants.py`` (its harness is reused): each variant is one wrong kernel cell, the rest
-of the notebook is the solution, and under every seed it loses exactly the listed cells. The kernels run in
-triton's interpreter, here as in the sandbox, which is slow; so the in-process runs use three seeds (each check's
-deterministic edge cases are what makes a variant fail every time, the random cases vary with the seed) and run,
-for a variant, the checks whose wrapper launches its kernel: ``test_each_grader_call_launches_only_its_kernel``
-shows that the other checks cannot see the variant's cell.
+of the notebook is the solution, and under each of the issue's ten seeds it loses exactly the listed cells. The
+kernels run in triton's interpreter, here as in the sandbox, which is slow, so a variant runs only the checks
+whose wrapper launches its kernel (``test_each_grader_call_launches_only_its_kernel`` shows that the other
+checks cannot see the variant's cell), and each check case by case, stopping at its first failing case: the
+grader's ``judge`` passes a check (one without a ``verdict``) exactly when every case passes, so a lost cell
+needs only one case. Each check's deterministic edge cases come first and are what makes a variant fail every
+time; the random cases vary with the seed.
+
+``TRITON_INTERPRET=1`` is set only while a test that runs kernels runs (``interpreter``), and triton is imported
+then, under it, if nothing imported it before: triton reads the variable when it is imported (its own helpers,
+``tl.zeros``, ...) and when ``@triton.jit`` wraps a kernel, so the notebook's cells are executed inside such a
+test too. Once imported, triton stays built for its interpreter in this process.
 """
 
 from __future__ import annotations
@@ -15,30 +22,39 @@ import ast
 import contextlib
 import functools
 import io
+import json
 import linecache
-import os
-import sys
+import shutil
 
 import pytest
 
-if "triton" not in sys.modules:  # the notebook's kernels need the interpreter, chosen when triton is imported
-    os.environ["TRITON_INTERPRET"] = "1"
+import torch
 
-from autograder import assignments  # noqa: E402
-from autograder.__main__ import main as grader_main  # noqa: E402
-from autograder.sandbox import bubblewrap_available  # noqa: E402
-from submissions import release, submission, write  # noqa: E402
-from test_wrong_variants import (  # noqa: E402
-    Harness, Variant, _notebook, _test_cells, _visible_failures, assert_copies_identical, read_grades,
+from autograder import assignments, capture, gpu_benchmark
+from autograder.__main__ import main as grader_main
+from autograder.sandbox import bubblewrap_available
+from submissions import release, submission, write
+from test_wrong_variants import (
+    SEEDS, Harness, Variant, _judge, _notebook, _test_cells, _visible_failures, assert_copies_identical, read_grades,
 )
 
 PS12 = "ps12-flash"
 NOTEBOOK = "ps12-flash.ipynb"
-SEEDS = range(3)
 MODULE = assignments.load(PS12)
-pytestmark = [pytest.mark.filterwarnings("ignore::RuntimeWarning"),
-              pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1",
-                                 reason="triton was imported before this file could set TRITON_INTERPRET=1")]
+pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
+
+
+@pytest.fixture
+def interpreter(monkeypatch):
+    """``TRITON_INTERPRET=1`` for this test alone (monkeypatch restores the environment afterwards, whatever the
+    notebook's set-up cell wrote into it), and triton imported under it unless it was imported before."""
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    import triton.language as tl
+    from triton.runtime.jit import JITFunction
+
+    if isinstance(tl.zeros, JITFunction):
+        pytest.skip("triton was imported without TRITON_INTERPRET=1 before this test ran, so the notebook's "
+                    "kernels cannot run in its interpreter in this process; run this file alone")
 
 
 def _solution_cell(gid: str) -> str:
@@ -129,29 +145,64 @@ def test_each_grader_call_launches_only_its_kernel():
         assert wrappers[check.function] == set(check.depends_on), check.function
 
 
-def test_the_solution_loses_nothing(harness):
+def test_the_solution_loses_nothing(harness, interpreter):
     ns = _namespace()
     for seed in SEEDS:
         assert harness.lost(ns, seed) == set(), f"--seed {seed}"
 
 
+@functools.cache
+def _input_files(harness: Harness, seed: int, gid: str) -> dict[str, bytes]:
+    """The files the grader writes for a check under a seed (``spec.json`` and its arrays), by name."""
+    harness.expected(seed, gid)
+    return {path.name: path.read_bytes() for path in (harness.folder / f"inputs-{seed}" / gid).iterdir()}
+
+
+def _lost_case_by_case(harness: Harness, ns: dict, seed: int, gids) -> set[str]:
+    """What ``harness.lost`` returns for these checks, judging one case at a time and stopping at a check's
+    first failing case (``judge`` passes a check without a ``verdict`` exactly when each case passes)."""
+    lost = set()
+    for gid in gids:
+        check = MODULE.CHECKS[gid]
+        assert check.verdict is None, gid
+        cases, expected = harness.expected(seed, gid)
+        files = _input_files(harness, seed, gid)
+        spec = json.loads(files["spec.json"])
+        for i in range(len(cases)):
+            one = {**files, "spec.json": json.dumps({**spec, "cases": [spec["cases"][i]]}).encode()}
+            outputs = harness.folder / "outputs-one-case"
+            capture.capture(gid, namespace=ns, inputs=one, outputs=str(outputs))
+            passed = _judge(check, gid, [cases[i]], [expected[i]], outputs / gid)
+            shutil.rmtree(outputs)
+            if not passed:
+                lost.add(gid)
+                break
+    return lost
+
+
 @pytest.mark.parametrize("v", VARIANTS, ids=[v.name for v in VARIANTS])
-def test_a_wrong_variant_loses_exactly_its_cells_under_every_seed(v, harness):
+def test_a_wrong_variant_loses_exactly_its_cells_under_every_seed(v, harness, interpreter):
     run = _checks_of(v.cell)
     assert v.loses and v.loses <= run, (sorted(v.loses), sorted(run))
     ns = _namespace(v)
-    original = harness.graded
-    harness.graded = lambda seed: sorted(run)
+    for seed in SEEDS:
+        lost = _lost_case_by_case(harness, ns, seed, sorted(run))
+        assert lost == v.loses, f"--seed {seed}: loses {sorted(lost)}; expected exactly {sorted(v.loses)}"
+
+
+def test_judging_case_by_case_agrees_with_the_harness(harness, interpreter):
+    """The shortcut above gives the harness's own verdicts, for a variant that loses some of its checks."""
+    v = next(v for v in VARIANTS if v.name == "padding keys not masked")
+    ns = _namespace(v)
+    harness.graded = lambda seed: sorted(FORWARD)
     try:
-        for seed in SEEDS:
-            lost = harness.lost(ns, seed)
-            assert lost == v.loses, (f"--seed {seed}: loses {sorted(lost)}; expected exactly {sorted(v.loses)}")
+        assert _lost_case_by_case(harness, ns, 0, sorted(FORWARD)) == harness.lost(ns, 0) == v.loses
     finally:
-        harness.graded = original
+        del harness.graded
 
 
 @pytest.mark.parametrize("v", VARIANTS, ids=[v.name for v in VARIANTS])
-def test_a_wrong_variant_fails_visible_tests_only_where_it_loses_points(v):
+def test_a_wrong_variant_fails_visible_tests_only_where_it_loses_points(v, interpreter):
     failing = set(_visible_failures(PS12, _namespace(v), _checks_of(v.cell)))
     assert failing and failing <= v.loses, (sorted(failing), sorted(v.loses))
 
@@ -173,6 +224,10 @@ def test_ps12_full_marks_zero_and_twenty_identical_rows_through_the_command_line
     assert rows["solved"]["status"] == "graded" and float(rows["solved"]["score"]) == sum(auto.values()), rows["solved"]
     assert rows["untouched"]["status"] == "graded" and float(rows["untouched"]["score"]) == 0, rows["untouched"]
     assert_copies_identical(rows, PS12, wrong.loses)
+    # the kernels' speed is information in the feedback only, never in the gradebook's rows
+    assert not any("TFLOP/s" in row["notes"] or gpu_benchmark.NO_GPU in row["notes"] for row in rows.values())
+    if not torch.cuda.is_available():
+        assert gpu_benchmark.NO_GPU in (out / "feedback" / "solved" / "ps12-flash.html").read_text()
 
 
 @functools.cache
@@ -181,7 +236,7 @@ def _points() -> dict[str, float]:
             if c.metadata.get("nbgrader", {}).get("grade")}
 
 
-def test_llmarch_triton_kernels_meet_the_checks_references_on_the_graded_cases():
+def test_llmarch_triton_kernels_meet_the_checks_references_on_the_graded_cases(interpreter):
     """An independent implementation, llmarch's FlashAttention-2 kernels (``triton_flash_attention``, in the
     interpreter), passes the checks' float64 references (SDPA and its gradients) on seed 0's cases, with the
     checks' tolerances and tile sizes: the references and tolerances accept a correct float32 kernel."""

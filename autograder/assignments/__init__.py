@@ -1,6 +1,7 @@
 """The assignments the grader knows, by name: each module has ``NOTEBOOK`` (the file students submit),
 ``CHECKS`` (grade_id -> trusted check) and ``TRUSTED_CALLABLES``; optionally ``FILES``, data files the release
-ships beside the notebook, which the grader copies into every submission's folder."""
+ships beside the notebook, which the grader copies into every submission's folder, and ``GPU_BENCHMARK``, true
+where the feedback reports the speed of the student's GPU kernels (``autograder/gpu_benchmark.py``)."""
 
 import importlib
 
