@@ -226,8 +226,8 @@ def _gqa(rng):
              Case(_gqa_inputs(rng, 4, 1, 3, 5), note="multi-query attention (one key/value head)"),
              Case(_gqa_inputs(rng, 3, 3, 4, 4), note="multi-head attention (H_kv = H)")]
     h, h_kv = _heads(rng)
-    return cases + [Case(_gqa_inputs(rng, h, h_kv, int(rng.integers(2, 7)), int(rng.integers(2, 9))), {"is_causal": False},
-                         note="random heads, not causal")]
+    return cases + [Case(_gqa_inputs(rng, h, h_kv, int(rng.integers(2, 7)), int(rng.integers(2, 9))),
+                         {"is_causal": False}, note="random heads, not causal")]
 
 
 def _gqa_causal(rng):
@@ -246,7 +246,8 @@ def _decode_inputs(rng, h, h_kv, t_past, t_new):
 def _decode_step(rng):
     h, h_kv = _heads(rng)
     return [Case(_decode_inputs(rng, 4, 2, 0, 1), note="the first token: an empty cache"),
-            Case(_decode_inputs(rng, 6, 2, int(rng.integers(1, 9)), 1), note="one new token after a cache, 6 heads on 2"),
+            Case(_decode_inputs(rng, 6, 2, int(rng.integers(1, 9)), 1),
+                 note="one new token after a cache, 6 heads on 2"),
             Case(_decode_inputs(rng, h, h_kv, int(rng.integers(1, 9)), 1), note="one new token, random heads")]
 
 

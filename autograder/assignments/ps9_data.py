@@ -349,7 +349,8 @@ def _clear_band_case(rng):
 
 def _choose_bands(rng):
     return [Case((0.7, 128), note="threshold 0.7, 128 permutations"),
-            Case((0.5, 32), note="threshold 0.5, 32 permutations"), Case((0.6, 32), note="threshold 0.6, 32 permutations"),
+            Case((0.5, 32), note="threshold 0.5, 32 permutations"),
+            Case((0.6, 32), note="threshold 0.6, 32 permutations"),
             Case((0.45,), {"num_perm": 128}, note="num_perm passed by name"),
             Case(_clear_band_case(rng), note="a random threshold and num_perm with a clear optimum"),
             Case(_clear_band_case(rng), note="a random threshold and num_perm with a clear optimum")]
@@ -420,7 +421,8 @@ def _c4_line_cleaning(rng):
             ("Enable JavaScript", "two words, no period"),
             ("We bake " + "x" * 1001 + " bread every day.", "a word of 1001 characters")]
     return ([Case((line,), note=note) for line, note in edge]
-            + [Case((_cleaning_line(rng),), note="a random line with citations and extra whitespace") for _ in range(8)])
+            + [Case((_cleaning_line(rng),), note="a random line with citations and extra whitespace")
+               for _ in range(8)])
 
 
 # --- personal information -----------------------------------------------------------------------------------
