@@ -52,3 +52,14 @@ def test_a_failing_hidden_case_names_its_note_in_the_feedback(gid, tmp_path: Pat
     result = judge(check, gid, cases, expected, files)
     assert not result.passed
     assert result.message.startswith(f"hidden case 1 of {len(cases)} ({cases[0].note}), softmax("), result.message
+
+
+@pytest.mark.parametrize("name,gid", [("ps8-objectives", "test_mlm_invariants"),
+                                      ("ps9-data", "test_minhash_signature")])
+def test_a_verdict_names_a_failing_case_by_its_note(name, gid):
+    """Checks judged by a verdict on all outputs together (random masks, MinHash signatures) name a failing case
+    the same way: arrays of the wrong shape fail the first case."""
+    check = assignments.load(name).CHECKS[gid]
+    cases = check.cases(_case_rng(0, "digest", gid))
+    message = check.verdict(cases, [(np.zeros(1, dtype=np.int64),) * 2 for _ in cases])
+    assert message.startswith(f"hidden case 1 of {len(cases)} ({cases[0].note}), {check.function}("), message

@@ -121,7 +121,7 @@ def _invariant_problem(case: Case, values: tuple) -> str | None:
 
 
 def _label(i: int, cases: list[Case]) -> str:
-    return f"hidden case {i + 1} of {len(cases)}, {cases[i].describe('mlm_mask')}"
+    return cases[i].label(i, len(cases), "mlm_mask")
 
 
 def mlm_invariants(cases: list[Case], returned: list[tuple]) -> str | None:

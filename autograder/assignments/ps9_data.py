@@ -274,7 +274,7 @@ def _verdict_signature(cases, outputs) -> str | None:
     for i, (case, values) in enumerate(zip(cases, outputs)):
         problem = _signature_problem(values, case)
         if problem:
-            return f"hidden case {i + 1} of {len(cases)}, {case.describe('minhash_signature')}: {problem}"
+            return f"{case.label(i, len(cases), 'minhash_signature')}: {problem}"
     first, reordered, other_seed = (v[0] for v in outputs[:3])
     if not np.array_equal(first, reordered):
         return ("the same set (items reversed, some repeated) with the same num_perm and seed gave a different "
@@ -291,7 +291,7 @@ def _verdict_collisions(cases, outputs) -> str | None:
     for i, (case, values) in enumerate(zip(cases, outputs)):
         problem = _signature_problem(values, case)
         if problem:
-            return f"hidden case {i + 1} of {len(cases)}, {case.describe('minhash_signature')}: {problem}"
+            return f"{case.label(i, len(cases), 'minhash_signature')}: {problem}"
     sigs = [v[0] for v in outputs]
     if not np.array_equal(sigs[0], sigs[1]):
         return "two identical sets (in another order) got different signatures under the same seed"
