@@ -72,7 +72,7 @@ def _t5_log(rng):
     nb, md = int(rng.choice([8, 16, 32])), int(rng.choice([20, 64, 128]))
     return [Case((-np.array([5, 6, 10, 12, 16, 1000]),),  # 16 = max_distance; 5 = the first log bucket
                  {"bidirectional": False, "num_buckets": 8, "max_distance": 16},
-                 note="the log buckets' edges and max_distance itself, causal"),
+                 note="distances at the log buckets' edges, at max_distance and beyond, causal"),
             Case((-np.arange(0, 100),), {"bidirectional": False, "num_buckets": 16, "max_distance": 40},  # not 128
                  note="distances 0 to 99 with max_distance 40, causal"),
             Case((-np.arange(0, 300),), {"bidirectional": False, "num_buckets": nb, "max_distance": md},
