@@ -68,6 +68,11 @@ class Case:
         parts = [show(a) for a in self.args] + [f"{k}={show(v)}" for k, v in self.kwargs.items()]
         return f"{function}({', '.join(parts)})"
 
+    def label(self, index: int, count: int, function: str) -> str:
+        """How the feedback names this case: ``hidden case 2 of 5 (its note), softmax(array(3,))``."""
+        about = f" ({self.note})" if self.note else ""
+        return f"hidden case {index + 1} of {count}{about}, {self.describe(function)}"
+
 
 @dataclass
 class Check:
@@ -240,8 +245,7 @@ def judge(check: Check, check_id: str, cases: list[Case], expected_all: list, fi
     folder = f"{OUTPUTS}/{check_id}"
     returned = []  # every case's values, for a verdict
     for i, (case, expected) in enumerate(zip(cases, expected_all)):
-        about = f" ({case.note})" if case.note else ""
-        label = f"hidden case {i + 1} of {len(cases)}{about}, {case.describe(check.function)}"
+        label = case.label(i, len(cases), check.function)
         error = files.get(f"{folder}/case{i}.error.txt")
         if error is not None:
             return CheckResult(False, f"{label} raised {error.decode('utf-8', 'replace').strip()}")

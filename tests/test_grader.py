@@ -7,12 +7,15 @@ checks its own status and points, and that nobody else was affected.
 from __future__ import annotations
 
 import csv
+import html
 import shutil
 import zipfile
 from pathlib import Path
 
+import numpy as np
 import pytest
 
+from autograder import assignments
 from autograder.__main__ import main as grader_main
 from autograder.sandbox import bubblewrap_available
 from submissions import release, submission, write
@@ -114,6 +117,11 @@ def _(folder):
         if c.metadata.get("nbgrader", {}).get("grade_id") == "test_sdpa_small":
             c.metadata["nbgrader"]["points"] = 100
     write(nb, folder, NB)
+
+
+@case("wrong-softmax", "graded", WRONG_SOFTMAX_SCORE)
+def _(folder):
+    write(submission(PS, NB, answers={"softmax": WRONG_SOFTMAX}), folder, NB)
 
 
 @case("monkeypatched-comparisons", "graded", WRONG_SOFTMAX_SCORE)
@@ -256,6 +264,16 @@ def test_feedback_never_shows_hidden_test_source(graded):
     for page in (out / "feedback").glob("*/*.html"):
         text = page.read_text()
         assert "HIDDEN TESTS" not in text and "check_close(" not in text, page
+
+
+def test_a_failing_hidden_case_shows_its_note_in_the_feedback(graded):
+    """The feedback page names the first failing hidden case by its one-line note (the wrong softmax fails the
+    first case of test_softmax_examples, whose cases begin with the same deterministic ones for every seed)."""
+    _, _, out, _ = graded
+    cases = assignments.load(PS).CHECKS["test_softmax_examples"].cases(np.random.default_rng(0))
+    page = (out / "feedback" / "wrong-softmax" / "ps1-attention.html").read_text()
+    row = next(line for line in page.split("<tr>") if line.startswith("<td>test_softmax_examples</td>"))
+    assert html.escape(f"hidden case 1 of {len(cases)} ({cases[0].note}), softmax(") in row, row
 
 
 def test_nothing_escaped_the_sandbox(graded):

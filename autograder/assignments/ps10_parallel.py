@@ -75,56 +75,66 @@ def _buffers(rng, world, n):
 
 
 def _reduce_scatter(rng):
-    return [Case((np.array([[1.0, 2.0], [10.0, 20.0]]),)),
-            Case((np.arange(12.0).reshape(3, 4),)),
-            Case((_buffers(rng, 4, 9),)),
-            Case((_buffers(rng, int(rng.integers(3, 7)), int(rng.integers(1, 20))),)),
-            Case((_buffers(rng, int(rng.integers(2, 9)), int(rng.integers(8, 40))),))]
+    return [Case((np.array([[1.0, 2.0], [10.0, 20.0]]),), note="two ranks, two elements"),
+            Case((np.arange(12.0).reshape(3, 4),), note="three ranks, four elements: chunks of unequal size"),
+            Case((_buffers(rng, 4, 9),), note="four ranks, nine elements"),
+            Case((_buffers(rng, int(rng.integers(3, 7)), int(rng.integers(1, 20))),),
+                 note="random ranks and length, perhaps fewer elements than ranks"),
+            Case((_buffers(rng, int(rng.integers(2, 9)), int(rng.integers(8, 40))),), note="random ranks and length")]
 
 
 def _all_gather(rng):
-    return [Case((np.array([[0.0, 7.0], [5.0, 0.0]]),)),
-            Case((np.array([[-1.0, -1.0, 1.0, -1.0], [-1.0, -1.0, -1.0, 2.0], [3.0, 3.0, -1.0, -1.0]]),)),
-            Case((_buffers(rng, 5, 11),)),
-            Case((_buffers(rng, int(rng.integers(3, 8)), int(rng.integers(3, 30))),))]
+    return [Case((np.array([[0.0, 7.0], [5.0, 0.0]]),), note="two ranks: which chunk each rank owns"),
+            Case((np.array([[-1.0, -1.0, 1.0, -1.0], [-1.0, -1.0, -1.0, 2.0], [3.0, 3.0, -1.0, -1.0]]),),
+                 note="three ranks, chunks of unequal size, the other entries -1"),
+            Case((_buffers(rng, 5, 11),), note="five ranks, eleven elements"),
+            Case((_buffers(rng, int(rng.integers(3, 8)), int(rng.integers(3, 30))),), note="random ranks and length")]
 
 
 def _all_reduce(rng):
-    return [Case((_buffers(rng, 3, 7),)),
-            Case((_buffers(rng, 4, 4),)),
-            Case((_buffers(rng, 1, 5),)),
-            Case((_buffers(rng, int(rng.integers(3, 9)), int(rng.integers(1, 30))),))]
+    return [Case((_buffers(rng, 3, 7),), note="three ranks, seven elements"),
+            Case((_buffers(rng, 4, 4),), note="four ranks, four elements"),
+            Case((_buffers(rng, 1, 5),), note="a single rank"),
+            Case((_buffers(rng, int(rng.integers(3, 9)), int(rng.integers(1, 30))),), note="random ranks and length")]
 
 
 def _ring_bytes(rng):
     world = int(rng.integers(2, 65))
-    return [Case((1000, 4, "reduce_scatter")), Case((1000, 4, "all_gather")), Case((1000, 4, "all_reduce")),
-            Case((2**20, 1, "all_reduce")),
-            Case((float(rng.integers(1, 10**6)) * world, world, str(rng.choice(["all_reduce", "all_gather"]))))]
+    return [Case((1000, 4, "reduce_scatter"), note="a reduce-scatter of 1000 bytes on 4 ranks"),
+            Case((1000, 4, "all_gather"), note="an all-gather of 1000 bytes on 4 ranks"),
+            Case((1000, 4, "all_reduce"), note="an all-reduce of 1000 bytes on 4 ranks"),
+            Case((2**20, 1, "all_reduce"), note="a single rank"),
+            Case((float(rng.integers(1, 10**6)) * world, world, str(rng.choice(["all_reduce", "all_gather"]))),
+                 note="a random size and rank count")]
 
 
 def _zero_memory(rng):
     n, world = float(rng.integers(10**6, 10**11)), int(rng.choice([2, 8, 16, 64, 512]))
-    return [Case((7.5e9, 64, stage)) for stage in range(4)] + [
-        Case((1e9, 8, 1), {"k": 8}), Case((1e9, 1, 3)), Case((1e9, 16, 2), {"k": 4}),
-        Case((n, world, int(rng.integers(0, 4))), {"k": int(rng.choice([8, 12, 16]))})]
+    return [Case((7.5e9, 64, stage), note=f"7.5e9 parameters on 64 GPUs, stage {stage}") for stage in range(4)] + [
+        Case((1e9, 8, 1), {"k": 8}, note="stage 1, k = 8"), Case((1e9, 1, 3), note="stage 3 on a single GPU"),
+        Case((1e9, 16, 2), {"k": 4}, note="stage 2, k = 4"),
+        Case((n, world, int(rng.integers(0, 4))), {"k": int(rng.choice([8, 12, 16]))},
+             note="a random size, GPU count, stage and k")]
 
 
 def _gpipe_schedule(rng):
-    return [Case((2, 2)), Case((1, 3)), Case((4, 8)), Case((3, 1)),
-            Case((int(rng.integers(2, 7)), int(rng.integers(1, 12))))]
+    return [Case((2, 2), note="2 stages, 2 micro-batches"), Case((1, 3), note="1 stage, 3 micro-batches"),
+            Case((4, 8), note="4 stages, 8 micro-batches"), Case((3, 1), note="3 stages, 1 micro-batch"),
+            Case((int(rng.integers(2, 7)), int(rng.integers(1, 12))), note="random stages and micro-batches")]
 
 
 def _pipeline_bubble(rng):
     p, m = int(rng.integers(2, 6)), int(rng.integers(1, 9))
     grid = ref_gpipe_schedule(p, m)
     messy = np.where(rng.random((p, 2 * (m + p - 1))) < 0.4, 0, grid)
-    return [Case((np.array([[1, 2, 0, 0, -1, -2], [0, 1, 2, -1, -2, 0]]),)),
-            Case((np.array([[1, -1, 0, 0], [0, 1, -1, 0]]),)),
-            Case((np.array([[0, 1, -1], [0, 0, 0]]),)),
-            Case((np.zeros((3, 5), dtype=np.int64),)),
-            Case((np.array([[0, 0, 0, 0], [1, 2, -2, -1]]),)),
-            Case((grid,)), Case((np.concatenate([messy, np.zeros((p, 3), dtype=np.int64)], axis=1),))]
+    return [Case((np.array([[1, 2, 0, 0, -1, -2], [0, 1, 2, -1, -2, 0]]),), note="two stages, two micro-batches"),
+            Case((np.array([[1, -1, 0, 0], [0, 1, -1, 0]]),), note="idle slots after the last operation"),
+            Case((np.array([[0, 1, -1], [0, 0, 0]]),), note="an idle first slot and a stage that never works"),
+            Case((np.zeros((3, 5), dtype=np.int64),), note="an empty grid: no stage ever works"),
+            Case((np.array([[0, 0, 0, 0], [1, 2, -2, -1]]),), note="the first stage idle throughout"),
+            Case((grid,), note="the GPipe grid of random stages and micro-batches"),
+            Case((np.concatenate([messy, np.zeros((p, 3), dtype=np.int64)], axis=1),),
+                 note="a grid with random holes and idle slots at the end")]
 
 
 def _overflows(rng, n, p):
@@ -133,21 +143,26 @@ def _overflows(rng, n, p):
 
 def _loss_scaler_backoff(rng):
     """No growth within these sequences (growth_interval far above their length)."""
-    return [Case((np.array([False, True, True, False, True]),)),
-            Case((np.array([True, False]),), {"init_scale": 8.0, "backoff_factor": 0.25}),
-            Case((np.array([True, True, True]),), {"init_scale": 2.0**10}),
+    return [Case((np.array([False, True, True, False, True]),), note="overflows among good steps, the defaults"),
+            Case((np.array([True, False]),), {"init_scale": 8.0, "backoff_factor": 0.25},
+                 note="an overflow on the first step, backoff_factor 0.25"),
+            Case((np.array([True, True, True]),), {"init_scale": 2.0**10}, note="three overflows in a row"),
             Case((_overflows(rng, int(rng.integers(5, 30)), 0.4),),
-                 {"init_scale": float(2 ** int(rng.integers(4, 20))), "backoff_factor": float(rng.choice([0.5, 0.25]))})]
+                 {"init_scale": float(2 ** int(rng.integers(4, 20))), "backoff_factor": float(rng.choice([0.5, 0.25]))},
+                 note="random overflows, a random initial scale and backoff")]
 
 
 def _loss_scaler_growth(rng):
-    return [Case((np.zeros(7, dtype=bool),), {"init_scale": 1.0, "growth_interval": 3}),
+    return [Case((np.zeros(7, dtype=bool),), {"init_scale": 1.0, "growth_interval": 3},
+                 note="no overflow, growth_interval 3"),
             Case((np.array([False, False, True, False, False, False, False]),),
-                 {"init_scale": 4.0, "growth_interval": 3}),
-            Case((np.zeros(4, dtype=bool),), {"init_scale": 1.0, "growth_factor": 3.0, "growth_interval": 2}),
-            Case((np.zeros(3, dtype=bool),), {"growth_interval": 1}),
+                 {"init_scale": 4.0, "growth_interval": 3}, note="an overflow just before the scale would grow"),
+            Case((np.zeros(4, dtype=bool),), {"init_scale": 1.0, "growth_factor": 3.0, "growth_interval": 2},
+                 note="growth_factor 3"),
+            Case((np.zeros(3, dtype=bool),), {"growth_interval": 1}, note="growth_interval 1, the default scale"),
             Case((_overflows(rng, int(rng.integers(10, 40)), 0.2),),
-                 {"init_scale": float(2 ** int(rng.integers(0, 16))), "growth_interval": int(rng.integers(1, 6))})]
+                 {"init_scale": float(2 ** int(rng.integers(0, 16))), "growth_interval": int(rng.integers(1, 6))},
+                 note="random overflows, a random initial scale and growth_interval")]
 
 
 CHECKS = {

@@ -188,26 +188,32 @@ def _random_config(rng):
 def _rmsnorm(rng):
     d = int(rng.integers(2, 12))
     small = rng.normal(size=(3, d)) * 1e-3  # eps matters here: eps outside the root, or squared, gives another value
-    return [Case((np.array([[1.0, 2.0, 2.0, 4.0]]), np.array([1.0, 1.0, 0.5, 2.0]), 0.0)),
-            Case((np.ones((1, 2)), np.ones(2), 3.0)),
-            Case((np.full((2, 5), 3.0) + np.arange(5), rng.uniform(0.5, 2, size=5), 1e-5)),
-            Case((small, rng.normal(size=d), 1e-5)),
-            Case((rng.normal(size=(2, int(rng.integers(1, 4)), d)) * 3 + 1, rng.normal(size=d), 1e-5))]
+    return [Case((np.array([[1.0, 2.0, 2.0, 4.0]]), np.array([1.0, 1.0, 0.5, 2.0]), 0.0),
+                 note="the worked example, eps 0"),
+            Case((np.ones((1, 2)), np.ones(2), 3.0), note="eps 3, inside the square root"),
+            Case((np.full((2, 5), 3.0) + np.arange(5), rng.uniform(0.5, 2, size=5), 1e-5),
+                 note="rows with a non-zero mean: RMS, not standard deviation"),
+            Case((small, rng.normal(size=d), 1e-5), note="tiny rows, where eps matters"),
+            Case((rng.normal(size=(2, int(rng.integers(1, 4)), d)) * 3 + 1, rng.normal(size=d), 1e-5),
+                 note="a batch (B, T, d)")]
 
 
 def _swiglu(rng):
     d, d_ff = int(rng.integers(2, 9)), int(rng.integers(2, 13))
     weights = lambda: (rng.normal(size=(d_ff, d)), rng.normal(size=(d_ff, d)), rng.normal(size=(d, d_ff)) / 2)
-    return [Case((rng.normal(size=(2, 3, d)), *weights())), Case((rng.normal(size=(4, d)) * 3, *weights()))]
+    return [Case((rng.normal(size=(2, 3, d)), *weights()), note="a batch (B, T, d)"),
+            Case((rng.normal(size=(4, d)) * 3, *weights()), note="(T, d) rows, large inputs")]
 
 
 def _rope(rng):
     t, d = int(rng.integers(2, 9)), 2 * int(rng.integers(1, 6))
     past = int(rng.integers(1, 100_000))
-    return [Case((rng.normal(size=(1, 2, 6, 8)), np.arange(6), 10000.0)),
-            Case((rng.normal(size=(2, 1, 3, 4)), np.array([1000, 54321, 99999]), 100.0)),
+    return [Case((rng.normal(size=(1, 2, 6, 8)), np.arange(6), 10000.0), note="six positions from 0, base 10000"),
+            Case((rng.normal(size=(2, 1, 3, 4)), np.array([1000, 54321, 99999]), 100.0),
+                 note="far positions that are not consecutive, base 100"),
             Case((rng.normal(size=(int(rng.integers(1, 3)), int(rng.integers(1, 4)), t, d)), np.arange(past, past + t),
-                  float(np.exp(rng.uniform(np.log(100), np.log(1e6))))))]
+                  float(np.exp(rng.uniform(np.log(100), np.log(1e6))))),
+                 note="positions after a long cache, a random base")]
 
 
 def _attention_weights(rng, d_model, n_heads, n_kv_heads):
@@ -217,52 +223,59 @@ def _attention_weights(rng, d_model, n_heads, n_kv_heads):
             rng.normal(size=(n_kv_heads * d_head, d_model)), rng.normal(size=(d_model, n_heads * d_head)) / 2)
 
 
-def _attention_case(rng, n_heads, n_kv_heads, d_head, t, *extra):
+def _attention_case(rng, note, n_heads, n_kv_heads, d_head, t, *extra):
     d_model = n_heads * d_head
     x = rng.normal(size=(int(rng.integers(1, 3)), t, d_model)) / np.sqrt(d_model)
     base = float(np.exp(rng.uniform(np.log(10), np.log(1e4))))
-    return Case((x, *_attention_weights(rng, d_model, n_heads, n_kv_heads), n_heads, n_kv_heads, base, *extra))
+    return Case((x, *_attention_weights(rng, d_model, n_heads, n_kv_heads), n_heads, n_kv_heads, base, *extra),
+                note=note)
 
 
 def _attention(rng):
-    return [_attention_case(rng, 6, 2, 2, 5),  # groups of 3 consecutive heads: h // 3 differs from h % 2
-            _attention_case(rng, 4, 4, 4, 4),
-            _attention_case(rng, 2, 1, 6, int(rng.integers(1, 8)))]
+    return [_attention_case(rng, "6 query heads on 2 key/value heads: h // 3, not h % 2", 6, 2, 2, 5),
+            _attention_case(rng, "4 heads, one key/value head each", 4, 4, 4, 4),
+            _attention_case(rng, "multi-query attention, a random length", 2, 1, 6, int(rng.integers(1, 8)))]
 
 
 def _attention_cache(rng):
     t = int(rng.integers(2, 8))
-    return [_attention_case(rng, 4, 2, 2, 5, 3), _attention_case(rng, 2, 1, 4, t, int(rng.integers(1, t)))]
+    return [_attention_case(rng, "5 tokens, a prompt of 3, 4 query heads on 2", 4, 2, 2, 5, 3),
+            _attention_case(rng, "a random length and prompt, multi-query", 2, 1, 4, t, int(rng.integers(1, t)))]
 
 
 def _llama(rng):
     config = _random_config(rng)
     idx = lambda c, t: rng.integers(0, c["vocab_size"], size=(2, t))
-    return [Case((flatten(random_weights(rng, TINY)), TINY, idx(TINY, 9))),
-            Case((flatten(random_weights(rng, config)), config, idx(config, int(rng.integers(1, 9)))))]
+    return [Case((flatten(random_weights(rng, TINY)), TINY, idx(TINY, 9)),
+                 note="the tiny configuration, random weights"),
+            Case((flatten(random_weights(rng, config)), config, idx(config, int(rng.integers(1, 9)))),
+                 note="a random configuration")]
 
 
 def _llama_cache(rng):
     config = _random_config(rng)
     t = int(rng.integers(2, 9))
-    return [Case((flatten(random_weights(rng, TINY)), TINY, rng.integers(0, 36, size=(2, 8)), 3)),
+    return [Case((flatten(random_weights(rng, TINY)), TINY, rng.integers(0, 36, size=(2, 8)), 3),
+                 note="the tiny configuration, a prompt of 3 then one token at a time"),
             Case((flatten(random_weights(rng, config)), config, rng.integers(0, config["vocab_size"], size=(1, t)),
-                  int(rng.integers(1, t))))]
+                  int(rng.integers(1, t))), note="a random configuration and prompt length")]
 
 
-def _adamw_case(rng, shape, steps, weight_decay):
+def _adamw_case(rng, shape, steps, weight_decay, note):
     grads = rng.normal(size=(steps, *shape)) * 10.0 ** rng.integers(-3, 2, size=(steps,) + (1,) * len(shape))
     lrs = rng.uniform(0.01, 0.1, size=steps)
     betas = [float(rng.uniform(0.7, 0.95)), float(rng.uniform(0.9, 0.999))]
-    return Case((rng.normal(size=shape), grads, lrs, betas, float(rng.choice([1e-8, 1e-3])), weight_decay))
+    return Case((rng.normal(size=shape), grads, lrs, betas, float(rng.choice([1e-8, 1e-3])), weight_decay), note=note)
 
 
 def _adamw(rng):
-    return [Case((np.ones(3), np.full((3, 3), 1e-4), np.array([0.1, 0.1, 0.1]), [0.9, 0.999], 1e-8, 0.0)),
+    return [Case((np.ones(3), np.full((3, 3), 1e-4), np.array([0.1, 0.1, 0.1]), [0.9, 0.999], 1e-8, 0.0),
+                 note="three steps of tiny gradients, no weight decay"),
             Case((np.array([2.0, -1.0]), np.array([[1.0, 1.0], [1.0, -1.0], [0.0, 0.0]]), np.array([0.5, 0.2, 0.1]),
-                  [0.5, 0.9], 1e-3, 0.3)),
-            _adamw_case(rng, (2, 3), int(rng.integers(2, 7)), 0.0),
-            _adamw_case(rng, (4,), int(rng.integers(2, 7)), float(rng.uniform(0.01, 0.5)))]
+                  [0.5, 0.9], 1e-3, 0.3), note="three steps, the last gradient zero, weight decay 0.3"),
+            _adamw_case(rng, (2, 3), int(rng.integers(2, 7)), 0.0, "random (2, 3) weights, no weight decay"),
+            _adamw_case(rng, (4,), int(rng.integers(2, 7)), float(rng.uniform(0.01, 0.5)),
+                        "random (4,) weights, a random weight decay")]
 
 
 def _lr_schedule(rng):
@@ -274,20 +287,26 @@ def _lr_schedule(rng):
              (110, 1.0, 0.1, 10, 110), (111, 1.0, 0.1, 10, 110), (35, 2.0, 0.0, 10, 60)]
     steps = [int(rng.integers(0, warmup)), warmup, int(rng.integers(warmup, cosine + 1)), cosine,
              cosine + int(rng.integers(1, 100))]
-    return [Case(args) for args in fixed] + [Case((s, max_lr, min_lr, warmup, cosine)) for s in steps]
+    fixed_notes = ["step 0", "halfway through the warm-up", "step = warmup_steps", "halfway through the cosine",
+                   "step = cosine_steps", "one step after the cosine", "min_lr 0, in the cosine"]
+    step_notes = ["random values, a step in the warm-up", "random values, step = warmup_steps",
+                  "random values, a step in the cosine", "random values, step = cosine_steps",
+                  "random values, a step after the cosine"]
+    return ([Case(args, note=note) for args, note in zip(fixed, fixed_notes)]
+            + [Case((s, max_lr, min_lr, warmup, cosine), note=note) for s, note in zip(steps, step_notes)])
 
 
 def _clip(rng):
     g1, g2 = rng.normal(size=(3, 4)), rng.normal(size=(5,))
     norm = float(np.sqrt(np.sum(g1**2) + np.sum(g2**2)))
-    return [Case((np.array([3.0, 0.0]), np.array([4.0]), 1.0)),
-            Case((np.array([0.3, 0.0]), np.array([0.4]), 1.0)),
-            Case((np.array([[1.0, 2.0]]), np.array([2.0]), 10.0)),
-            Case((g1, g2, norm * float(rng.uniform(0.05, 0.9)))),
-            Case((g1 * 0.1, g2 * 0.1, norm))]
+    return [Case((np.array([3.0, 0.0]), np.array([4.0]), 1.0), note="a 3-4-5 norm over two tensors, max_norm 1"),
+            Case((np.array([0.3, 0.0]), np.array([0.4]), 1.0), note="a total norm below max_norm"),
+            Case((np.array([[1.0, 2.0]]), np.array([2.0]), 10.0), note="a 2-D tensor, max_norm 10"),
+            Case((g1, g2, norm * float(rng.uniform(0.05, 0.9))), note="random gradients above max_norm"),
+            Case((g1 * 0.1, g2 * 0.1, norm), note="random gradients below max_norm")]
 
 
-def _training_case(rng, config, steps, batch, t, resume_at=None):
+def _training_case(rng, note, config, steps, batch, t, resume_at=None):
     """Random batches and hyper-parameters; ``clip`` is below every gradient norm of these runs, so clipping acts at
     every step (a missing or per-tensor clip shows)."""
     xs = rng.integers(0, config["vocab_size"], size=(steps, batch, t))
@@ -297,15 +316,18 @@ def _training_case(rng, config, steps, batch, t, resume_at=None):
           "cosine_steps": steps - 1, "clip": float(rng.uniform(0.01, 0.05)), "betas": [0.9, 0.95],
           "eps": 1e-8, "weight_decay": 0.1}
     args = (flatten(random_weights(rng, config, scale=0.2)), config, xs, ys, hp)
-    return Case(args if resume_at is None else (*args, resume_at))
+    return Case(args if resume_at is None else (*args, resume_at), note=note)
 
 
 def _train_steps(rng):
-    return [_training_case(rng, TINY, 5, 2, 6), _training_case(rng, _random_config(rng), 4, 2, 5)]
+    return [_training_case(rng, "5 steps of the tiny configuration, clipping at every step", TINY, 5, 2, 6),
+            _training_case(rng, "4 steps of a random configuration, clipping at every step", _random_config(rng),
+                           4, 2, 5)]
 
 
 def _resume(rng):
-    return [_training_case(rng, TINY, 6, 2, 6, 3), _training_case(rng, _random_config(rng), 5, 2, 4, 2)]
+    return [_training_case(rng, "the tiny configuration, 6 steps, resumed after 3", TINY, 6, 2, 6, 3),
+            _training_case(rng, "a random configuration, 5 steps, resumed after 2", _random_config(rng), 5, 2, 4, 2)]
 
 
 @dataclass
@@ -324,7 +346,7 @@ def heldout_sentences(seed: int, shape=HELDOUT_SHAPE) -> np.ndarray:
 
 def _heldout(rng):
     tokens = heldout_sentences(int(rng.integers(10**6, 2**31)))
-    return [HeldOutCase((tokens[:, :-1],), targets=tokens[:, 1:])]
+    return [HeldOutCase((tokens[:, :-1],), note="fresh sentences of the grammar", targets=tokens[:, 1:])]
 
 
 def heldout_loss(logits: np.ndarray, targets: np.ndarray) -> float:

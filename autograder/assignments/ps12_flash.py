@@ -97,20 +97,30 @@ def _tiles(rng):
     return TILES[int(rng.integers(len(TILES)))]
 
 
+def _tile_note(tiles):
+    return f"tiles of {tiles[0]} queries and {tiles[1]} keys"
+
+
 def _forward(rng):
-    fixed = [Case((*rising(40, rng), *tiles)) for tiles in TILES]
-    return fixed + [Case((*_random_qkv(rng, t=37), 16, 16)), Case((*_random_qkv(rng), *_tiles(rng))),
-                    Case((*_random_qkv(rng, t=int(rng.integers(1, 16))), 16, 16))]
+    fixed = [Case((*rising(40, rng), *tiles), note=f"scores rising along the keys, {_tile_note(tiles)}")
+             for tiles in TILES]
+    return fixed + [Case((*_random_qkv(rng, t=37), 16, 16), note="37 tokens: a partial last tile"),
+                    Case((*_random_qkv(rng), *_tiles(rng)), note="random q, k, v and tiles"),
+                    Case((*_random_qkv(rng, t=int(rng.integers(1, 16))), 16, 16), note="fewer tokens than one tile")]
 
 
 def _causal(rng):
-    fixed = [Case((*_random_qkv(rng, t=45), *tiles)) for tiles in TILES] + [Case((*rising(40, rng), 16, 32))]
-    return fixed + [Case((*_random_qkv(rng), *_tiles(rng)))]
+    fixed = [Case((*_random_qkv(rng, t=45), *tiles), note=f"45 tokens, {_tile_note(tiles)}") for tiles in TILES] + [
+        Case((*rising(40, rng), 16, 32), note="scores rising along the keys, tiles of 16 queries and 32 keys")]
+    return fixed + [Case((*_random_qkv(rng), *_tiles(rng)), note="random q, k, v and tiles")]
 
 
 def _backward(rng):
-    fixed = [Case((*_random_qkv(rng, n=4, t=37), causal, *tiles)) for causal in (False, True) for tiles in TILES]
-    return fixed + [Case((*_random_qkv(rng, n=4), bool(rng.integers(2)), *_tiles(rng)))]
+    fixed = [Case((*_random_qkv(rng, n=4, t=37), causal, *tiles),
+                  note=f"37 tokens, {'causal' if causal else 'not causal'}, {_tile_note(tiles)}")
+             for causal in (False, True) for tiles in TILES]
+    return fixed + [Case((*_random_qkv(rng, n=4), bool(rng.integers(2)), *_tiles(rng)),
+                         note="random q, k, v, tiles and causality")]
 
 
 CHECKS = {

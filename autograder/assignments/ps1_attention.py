@@ -72,36 +72,48 @@ TRUSTED_CALLABLES = {
 def _softmax_examples(rng):
     a = float(rng.uniform(-20, 20))
     c = float(rng.uniform(2, 12))
-    return [Case((np.array([1.0, 0.0, 0.0]),)), Case((np.array([float(rng.uniform(-5, 5))]),)),  # one entry: [1]
-            Case((np.full(int(rng.integers(2, 6)), a),)), Case((np.array([c, 0.0, 0.0]),)),
-            Case((rng.normal(size=int(rng.integers(3, 9))),))]
+    return [Case((np.array([1.0, 0.0, 0.0]),), note="the worked example [1, 0, 0]"),
+            Case((np.array([float(rng.uniform(-5, 5))]),), note="a single entry"),
+            Case((np.full(int(rng.integers(2, 6)), a),), note="equal entries"),
+            Case((np.array([c, 0.0, 0.0]),), note="one large entry and two zeros"),
+            Case((rng.normal(size=int(rng.integers(3, 9))),), note="a random vector")]
 
 
 def _softmax_stability(rng):
     x = rng.normal(size=7) * 3
     rows = rng.normal(size=(3, 5)) + np.array([[1000.0], [0.0], [-1000.0]])  # a shift by the global maximum underflows
-    return [Case((np.array([1000.0, 0.0, -1000.0]),)),
-            Case((np.array([[1000.0, 999.0, 998.0], [-1000.0, -1001.0, -1003.0]]),)),
-            Case((x + 1000.0,)), Case((x - 1000.0,)), Case((rows,)),
-            Case((np.array([800.0, -800.0, 0.0, float(rng.uniform(700, 900))]),))]
+    return [Case((np.array([1000.0, 0.0, -1000.0]),), note="entries of +-1000: exp overflows without a shift"),
+            Case((np.array([[1000.0, 999.0, 998.0], [-1000.0, -1001.0, -1003.0]]),),
+                 note="a row near +1000 and a row near -1000"),
+            Case((x + 1000.0,), note="a random vector shifted by +1000"),
+            Case((x - 1000.0,), note="a random vector shifted by -1000"),
+            Case((rows,), note="rows near +1000, 0 and -1000: shift each row by its own maximum"),
+            Case((np.array([800.0, -800.0, 0.0, float(rng.uniform(700, 900))]),), note="two large entries, +-800")]
 
 
 def _softmax_axis(rng):
     x = rng.normal(size=(3, 4, 5))
-    return [Case((rng.normal(size=(4, 6)),)), Case((x,), {"axis": 0}), Case((x,), {"axis": 1}), Case((x,), {"axis": -1})]
+    return [Case((rng.normal(size=(4, 6)),), note="a matrix, default axis"),
+            Case((x,), {"axis": 0}, note="three axes, along axis 0"),
+            Case((x,), {"axis": 1}, note="three axes, along the middle axis"),
+            Case((x,), {"axis": -1}, note="three axes, along the last axis")]
 
 
 def _masks(rng):
-    return [Case((int(t),)) for t in (1, *rng.integers(2, 12, size=3))]
+    return [Case((1,), note="a single position")] + [Case((int(t),), note="a random length")
+                                                         for t in rng.integers(2, 12, size=3)]
 
 
 def _sdpa_small(rng):
     d, n = int(rng.integers(2, 6)), int(rng.integers(2, 6))
-    return [Case((np.array([[1.0, 0.0]]), np.eye(2), np.array([[1.0, 2.0], [3.0, 4.0]]))),
-            Case((rng.normal(size=(2, 4)), rng.normal(size=(3, 4)), rng.normal(size=(3, 1)))),  # d != d_v
-            Case((rng.normal(size=(3, d)), rng.normal(size=(1, d)), rng.normal(size=(1, 2)))),  # a single key
-            Case((rng.normal(size=(1, d)), rng.normal(size=(n, d)), rng.normal(size=(n, int(rng.integers(1, 4)))))),
-            Case((rng.normal(size=(3, d)), rng.normal(size=(n, d)), rng.normal(size=(n, 2))))]
+    return [Case((np.array([[1.0, 0.0]]), np.eye(2), np.array([[1.0, 2.0], [3.0, 4.0]])), note="the worked example"),
+            Case((rng.normal(size=(2, 4)), rng.normal(size=(3, 4)), rng.normal(size=(3, 1))),
+                 note="values of another width than the keys (d_v != d)"),
+            Case((rng.normal(size=(3, d)), rng.normal(size=(1, d)), rng.normal(size=(1, 2))), note="a single key"),
+            Case((rng.normal(size=(1, d)), rng.normal(size=(n, d)), rng.normal(size=(n, int(rng.integers(1, 4))))),
+                 note="a single query"),
+            Case((rng.normal(size=(3, d)), rng.normal(size=(n, d)), rng.normal(size=(n, 2))),
+                 note="random queries, keys and values")]
 
 
 def _sdpa_mask(rng):
@@ -111,14 +123,17 @@ def _sdpa_mask(rng):
     q, k, v = rng.normal(size=(t, 4)), rng.normal(size=(t, 4)), rng.normal(size=(t, 3))
     key_mask = rng.random(t) < 0.6
     key_mask[int(rng.integers(t))] = True
-    return [Case((q, k, v), {"mask": causal_mask(t).numpy()}), Case((q, k, v), {"mask": random_mask}),
-            Case((q, k, v), {"mask": key_mask})]  # shape (T_k,): broadcast over the queries
+    return [Case((q, k, v), {"mask": causal_mask(t).numpy()}, note="a causal mask"),
+            Case((q, k, v), {"mask": random_mask}, note="a random (T, T) mask"),
+            Case((q, k, v), {"mask": key_mask}, note="a key mask of shape (T_k,), broadcast over the queries")]
 
 
 def _sdpa_batched(rng):
     b, h, tq, tk = (int(n) for n in rng.integers(2, 5, size=4))
-    return [Case((rng.normal(size=(b, h, tq, 8)), rng.normal(size=(b, h, tk, 8)), rng.normal(size=(b, h, tk, 5)))),
-            Case((rng.normal(size=(b, tq, 4)), rng.normal(size=(b, tk, 4)), rng.normal(size=(b, tk, 4))))]
+    return [Case((rng.normal(size=(b, h, tq, 8)), rng.normal(size=(b, h, tk, 8)), rng.normal(size=(b, h, tk, 5))),
+                 note="four axes (B, H, T, d)"),
+            Case((rng.normal(size=(b, tq, 4)), rng.normal(size=(b, tk, 4)), rng.normal(size=(b, tk, 4))),
+                 note="three axes (B, T, d)")]
 
 
 def _weights(rng, d):
@@ -127,17 +142,19 @@ def _weights(rng, d):
 
 def _mha_one_head(rng):
     d = int(rng.choice([3, 4, 6]))
-    return [Case((rng.normal(size=(5, d)), *_weights(rng, d), 1)),
-            Case((rng.normal(size=(1, d)), *_weights(rng, d), 1))]  # a sequence of length 1
+    return [Case((rng.normal(size=(5, d)), *_weights(rng, d), 1), note="one head, five tokens"),
+            Case((rng.normal(size=(1, d)), *_weights(rng, d), 1), note="one head, a sequence of length 1")]
 
 
 def _mha_heads(rng):
-    return [Case((rng.normal(size=(6, 8)), *_weights(rng, 8), 2)), Case((rng.normal(size=(4, 12)), *_weights(rng, 12), 3))]
+    return [Case((rng.normal(size=(6, 8)), *_weights(rng, 8), 2), note="two heads of width 4"),
+            Case((rng.normal(size=(4, 12)), *_weights(rng, 12), 3), note="three heads of width 4")]
 
 
 def _mha_batch_causal(rng):
     t = int(rng.integers(3, 8))
-    return [Case((rng.normal(size=(2, t, 8)), *_weights(rng, 8), 4), {"mask": causal_mask(t).numpy()})]
+    return [Case((rng.normal(size=(2, t, 8)), *_weights(rng, 8), 4), {"mask": causal_mask(t).numpy()},
+                 note="a batch of two, four heads, a causal mask")]
 
 
 def _equivariance(rng):
@@ -154,14 +171,16 @@ def _equivariance(rng):
     big_first[:2] = [[3.0], [1.0]]
     big_second[:2] = [[1.0], [3.0]]
     return [
-        Case((CallableArg("cumsum"), big_first, swap)),
-        Case((CallableArg("cumsum"), big_second, swap)),
-        Case((CallableArg("attention", attention_arrays), x, cycle)),
-        Case((CallableArg("cumsum"), x, cycle)),
-        Case((CallableArg("attention", attention_arrays), x, perm)),
-        Case((CallableArg("causal_attention", attention_arrays), x, perm)),
-        Case((CallableArg("cumsum"), x, perm)),
-        Case((CallableArg("scale", {"factor": np.array(rng.uniform(0.5, 3))}), x, perm)),
+        Case((CallableArg("cumsum"), big_first, swap), note="cumulative sum, first two rows swapped"),
+        Case((CallableArg("cumsum"), big_second, swap), note="cumulative sum, first two rows swapped, other sign"),
+        Case((CallableArg("attention", attention_arrays), x, cycle), note="attention, a cyclic shift"),
+        Case((CallableArg("cumsum"), x, cycle), note="cumulative sum, a cyclic shift (not its own inverse)"),
+        Case((CallableArg("attention", attention_arrays), x, perm), note="attention, a random permutation"),
+        Case((CallableArg("causal_attention", attention_arrays), x, perm),
+             note="causal attention, a random permutation"),
+        Case((CallableArg("cumsum"), x, perm), note="cumulative sum, a random permutation"),
+        Case((CallableArg("scale", {"factor": np.array(rng.uniform(0.5, 3))}), x, perm),
+             note="a scaling, a random permutation"),
     ]
 
 

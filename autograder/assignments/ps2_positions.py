@@ -37,57 +37,72 @@ def ref_rope(x, positions, base=10000.0):
 
 
 def _sinusoidal_small(rng):
-    return [Case((3, 4)), Case((1, 2)), Case((int(rng.integers(2, 6)), 2)), Case((int(rng.integers(2, 6)), 4))]
+    return [Case((3, 4), note="the worked example: 3 positions, d = 4"), Case((1, 2), note="one position, d = 2"),
+            Case((int(rng.integers(2, 6)), 2), note="a few positions, d = 2"),
+            Case((int(rng.integers(2, 6)), 4), note="a few positions, d = 4")]
 
 
 def _sinusoidal_values(rng):
-    return [Case((5, 6), {"base": 100.0}), Case((12, 8)),
-            Case((int(rng.integers(5, 40)), int(rng.choice([6, 8, 16, 64])))),
-            Case((int(rng.integers(5, 20)), int(rng.choice([4, 10]))), {"base": float(rng.uniform(50, 500))})]
+    return [Case((5, 6), {"base": 100.0}, note="base 100, d = 6"), Case((12, 8), note="12 positions, d = 8"),
+            Case((int(rng.integers(5, 40)), int(rng.choice([6, 8, 16, 64]))), note="random length and width"),
+            Case((int(rng.integers(5, 20)), int(rng.choice([4, 10]))), {"base": float(rng.uniform(50, 500))},
+                 note="a random base")]
 
 
 def _alibi_power_of_two(rng):
-    return [Case((n,)) for n in (1, 2, int(rng.choice([4, 16, 32])))]
+    return [Case((n,), note=f"{n} head{'s' * (n > 1)}, a power of two")
+            for n in (1, 2, int(rng.choice([4, 16, 32])))]
 
 
 def _alibi_other(rng):
     others = rng.choice([5, 7, 10, 12, 20, 24, 40], size=2, replace=False)
-    return [Case((6,)), Case((3,))] + [Case((int(n),)) for n in others]
+    return ([Case((6,), note="6 heads, not a power of two"), Case((3,), note="3 heads, not a power of two")]
+            + [Case((int(n),), note=f"{int(n)} heads, not a power of two") for n in others])
 
 
 def _t5_exact(rng):
     nb = int(rng.choice([8, 16, 32]))
-    return [Case((-np.arange(nb // 2),), {"bidirectional": False, "num_buckets": nb, "max_distance": 4 * nb}),
-            Case((np.arange(1, 6),), {"bidirectional": False, "num_buckets": nb, "max_distance": 4 * nb})]
+    return [Case((-np.arange(nb // 2),), {"bidirectional": False, "num_buckets": nb, "max_distance": 4 * nb},
+                 note="small distances to past keys, one bucket each (causal)"),
+            Case((np.arange(1, 6),), {"bidirectional": False, "num_buckets": nb, "max_distance": 4 * nb},
+                 note="keys in the future, causal")]
 
 
 def _t5_log(rng):
     nb, md = int(rng.choice([8, 16, 32])), int(rng.choice([20, 64, 128]))
     return [Case((-np.array([5, 6, 10, 12, 16, 1000]),),  # 16 = max_distance; 5 = the first log bucket
-                 {"bidirectional": False, "num_buckets": 8, "max_distance": 16}),
-            Case((-np.arange(0, 100),), {"bidirectional": False, "num_buckets": 16, "max_distance": 40}),  # not 128
-            Case((-np.arange(0, 300),), {"bidirectional": False, "num_buckets": nb, "max_distance": md}),
-            Case((-rng.integers(0, 2000, size=(4, 5)),), {"bidirectional": False, "num_buckets": 32, "max_distance": 128})]
+                 {"bidirectional": False, "num_buckets": 8, "max_distance": 16},
+                 note="distances at the log buckets' edges, at max_distance and beyond, causal"),
+            Case((-np.arange(0, 100),), {"bidirectional": False, "num_buckets": 16, "max_distance": 40},  # not 128
+                 note="distances 0 to 99 with max_distance 40, causal"),
+            Case((-np.arange(0, 300),), {"bidirectional": False, "num_buckets": nb, "max_distance": md},
+                 note="distances 0 to 299, random bucket count and max_distance"),
+            Case((-rng.integers(0, 2000, size=(4, 5)),), {"bidirectional": False, "num_buckets": 32, "max_distance": 128},
+                 note="a (4, 5) array of random distances, causal")]
 
 
 def _t5_bidirectional(rng):
     nb, md = int(rng.choice([8, 16, 32])), int(rng.choice([20, 64, 128]))
-    return [Case((np.arange(-3, 4),), {"bidirectional": True, "num_buckets": 8, "max_distance": 16}),
-            Case((np.arange(-50, 51),), {"bidirectional": True, "num_buckets": 16, "max_distance": 24}),
-            Case((np.arange(-200, 201),), {"bidirectional": True, "num_buckets": nb, "max_distance": md})]
+    return [Case((np.arange(-3, 4),), {"bidirectional": True, "num_buckets": 8, "max_distance": 16},
+                 note="offsets -3 to 3, both directions"),
+            Case((np.arange(-50, 51),), {"bidirectional": True, "num_buckets": 16, "max_distance": 24},
+                 note="offsets -50 to 50, past max_distance on both sides"),
+            Case((np.arange(-200, 201),), {"bidirectional": True, "num_buckets": nb, "max_distance": md},
+                 note="offsets -200 to 200, random bucket count and max_distance")]
 
 
 def _rope_small(rng):
     d = int(rng.choice([2, 4, 6]))
-    return [Case((rng.normal(size=(4, 4)), np.arange(4))),  # d = 4: two pairs (d = 2 hides the pair layout)
-            Case((rng.normal(size=(1, 6)), np.array([3]))),  # one position, not 0
-            Case((rng.normal(size=(4, d)), np.arange(4)))]
+    return [Case((rng.normal(size=(4, 4)), np.arange(4)), note="d = 4: two pairs, so the pair layout matters"),
+            Case((rng.normal(size=(1, 6)), np.array([3])), note="one token at position 3"),
+            Case((rng.normal(size=(4, d)), np.arange(4)), note="four tokens, a random even d")]
 
 
 def _rope_properties(rng):
     t = int(rng.integers(3, 8))
-    return [Case((rng.normal(size=(2, 3, t, 8)), np.arange(t))),
-            Case((rng.normal(size=(t, 16)), rng.integers(0, 5000, size=t)), {"base": 500000.0})]
+    return [Case((rng.normal(size=(2, 3, t, 8)), np.arange(t)), note="batch and head axes (B, H, T, d)"),
+            Case((rng.normal(size=(t, 16)), rng.integers(0, 5000, size=t)), {"base": 500000.0},
+                 note="random positions up to 5000, base 500000")]
 
 
 CHECKS = {

@@ -124,13 +124,16 @@ def _merge_steps(word_counts, limit):
 
 
 def _pair_stats_cases(rng):
-    cases = [Case(({"b a </w>": 1, "a a a </w>": 3, "x y </w>": 2, "xy</w>": 4},))]  # twice in a word; one symbol
+    cases = [Case(({"b a </w>": 1, "a a a </w>": 3, "x y </w>": 2, "xy</w>": 4},),
+                  note="a pair twice in one word, and a word of one symbol")]
     for n_merges in (0, int(rng.integers(2, 6))):
         corpus = _corpus(rng, _letters(rng, int(rng.integers(3, 6))), int(rng.integers(4, 8)), max_len=6)
-        cases.append(Case((_bpe_state(corpus, train_bpe_words(corpus, n_merges)),)))
+        cases.append(Case((_bpe_state(corpus, train_bpe_words(corpus, n_merges)),),
+                          note="a random corpus after a few merges" if n_merges else "a random corpus, no merges"))
     # merges learned on the first two words only: those become single symbols (no pairs), the others do not
     corpus = _corpus(rng, _letters(rng, 3), 5, max_len=5)
-    cases.append(Case((_bpe_state(corpus, train_bpe_words(dict(list(corpus.items())[:2]), 20)),)))
+    cases.append(Case((_bpe_state(corpus, train_bpe_words(dict(list(corpus.items())[:2]), 20)),),
+                      note="some words merged into a single symbol"))
     return cases
 
 
@@ -147,32 +150,40 @@ def _merge_pair_cases(rng):
     corpus = _corpus(rng, _letters(rng, 4), 6)
     vocab = _bpe_state(corpus, train_bpe_words(corpus, int(rng.integers(0, 5))))
     pairs = list(ref_pair_stats(vocab))
-    cases.append(Case((pairs[int(rng.integers(len(pairs)))], vocab)))  # any pair present, not only the best
-    cases.append(Case(_boundary_vocab(rng)))
+    cases.append(Case((pairs[int(rng.integers(len(pairs)))], vocab),  # any pair present, not only the best
+                      note="a random pair of a random vocabulary"))
+    cases.append(Case(_boundary_vocab(rng), note="symbols that end or start with the pair's letters"))
     a = _letters(rng, 1)[0]
     repeats = {" ".join([a] * int(k) + [END_OF_WORD]): int(c) for k, c in zip((2, 3, 4, 5), rng.integers(1, 9, 4))}
-    cases.append(Case(((a, a), repeats)))  # a a a -> aa a: left to right, no overlaps
-    cases.append(Case((("q", "z"), vocab)))  # a pair that does not occur: nothing changes
+    cases.append(Case(((a, a), repeats), note="runs of one letter: left to right, no overlaps"))
+    cases.append(Case((("q", "z"), vocab), note="a pair that does not occur"))
     return cases
 
 
 # Small corpora on which one classic mistake changes the merges (found by brute force over tiny corpora):
 # counting a pair once per word, ignoring the counts, merging by string replacement, merging right to left.
-TIE_FREE_TRAPS = [({"xaaa": 3}, 1), ({"a": 2, "b": 3}, 1), ({"abab": 3, "bab": 4}, 4), ({"a": 1, "aaa": 2}, 2)]
-TIE_TRAPS = [({"ab": 2, "ba": 2}, 4), ({"ba": 2, "ab": 2}, 4),  # the tie rule, in both orders of the words
-             ({"xaaa": 3}, 2), ({"b": 1, "aa": 3}, 1), ({"bxbx": 1, "x": 3}, 3), ({"aaa": 2}, 2)]
+TIE_FREE_TRAPS = [(({"xaaa": 3}, 1), "one word with a run of one letter, 1 merge"),
+                  (({"a": 2, "b": 3}, 1), "words of one letter: the counts decide, 1 merge"),
+                  (({"abab": 3, "bab": 4}, 4), "a pair repeated inside words, 4 merges"),
+                  (({"a": 1, "aaa": 2}, 2), "a run of one letter, 2 merges")]
+TIE_TRAPS = [(({"ab": 2, "ba": 2}, 4), "two words with tied pairs"),  # the tie rule, in both orders of the words
+             (({"ba": 2, "ab": 2}, 4), "the same two words in the opposite order"),
+             (({"xaaa": 3}, 2), "a run of one letter, with ties, 2 merges"),
+             (({"b": 1, "aa": 3}, 1), "tied pairs, 1 merge"), (({"bxbx": 1, "x": 3}, 3), "tied pairs, 3 merges"),
+             (({"aaa": 2}, 2), "a run of one letter, with ties, 2 merges")]
 
 
 def _train_bpe_cases(rng):
     """Training stops before the first tie (no tie rule can matter); it also stops early, and trains 0 merges."""
-    cases = [Case(pair) for pair in TIE_FREE_TRAPS]
-    cases += [Case(({"ab": 3, "b": 1}, 10)), Case(({"ab": 3, "b": 1}, 0))]  # runs out of pairs after 2 merges
+    cases = [Case(args, note=note) for args, note in TIE_FREE_TRAPS]
+    cases += [Case(({"ab": 3, "b": 1}, 10), note="more merges asked than there are pairs"),  # out after 2 merges
+              Case(({"ab": 3, "b": 1}, 0), note="zero merges")]
     while len(cases) < len(TIE_FREE_TRAPS) + 4:
         corpus = _corpus(rng, _letters(rng, int(rng.integers(4, 7))), int(rng.integers(5, 9)), max_count=50)
         merges, unique = _merge_steps(corpus, int(rng.integers(5, 16)))
         n = unique.index(False) if False in unique else len(merges)
         if n >= 3:
-            cases.append(Case((corpus, n)))
+            cases.append(Case((corpus, n), note="a random corpus, as many merges as come before the first tie"))
     return cases
 
 
@@ -183,7 +194,9 @@ def _train_bpe_ties_cases(rng):
     corpus = _corpus(rng, alphabet, 5, max_len=5, max_count=1)
     flipped = dict(reversed(list(corpus.items())))  # the same counts in the opposite order
     n = min(8, len(_merge_steps(corpus, 8)[0]), len(_merge_steps(flipped, 8)[0]))  # the order changes it
-    return [Case(pair) for pair in TIE_TRAPS] + [Case((corpus, n)), Case((flipped, n))]
+    return [Case(args, note=note) for args, note in TIE_TRAPS] + [
+        Case((corpus, n), note="a random corpus of two letters with many ties"),
+        Case((flipped, n), note="the same corpus in the opposite order")]
 
 
 def _bpe_segment_cases(rng):
@@ -192,11 +205,13 @@ def _bpe_segment_cases(rng):
     merges = train_bpe_words(corpus, int(rng.integers(8, 20)))
     seen = list(corpus)[int(rng.integers(len(corpus)))]
     words = [seen, _word(rng, alphabet[:4], 4, 9), _word(rng, alphabet[:4], 6, 10), alphabet[4] + seen]
-    traps = [("xab", [("x", "a"), ("a", "b")]),  # string replacement would merge the a of xa with b
-             ("aaa", [("a", "a")]),  # left to right: aa a
-             ("abab", [("a", "b")]),  # every occurrence
-             ("abc", [("b", "c"), ("a", "b")])]  # in the order learned, not by the longest symbol
-    return [Case(trap) for trap in traps] + [Case((w, merges)) for w in words]
+    traps = [(("xab", [("x", "a"), ("a", "b")]), "merges of symbols, not string replacement"),
+             (("aaa", [("a", "a")]), "a run of one letter: left to right"),
+             (("abab", [("a", "b")]), "a pair that occurs twice"),
+             (("abc", [("b", "c"), ("a", "b")]), "merges applied in the order learned")]
+    notes = ["a word of the training corpus", "a random word", "a longer random word",
+             "a word that starts with a letter never seen in training"]
+    return [Case(args, note=note) for args, note in traps] + [Case((w, merges), note=n) for w, n in zip(words, notes)]
 
 
 def _wordpiece_vocab(rng, alphabet, unk, drop=()):
@@ -215,10 +230,12 @@ def _wordpiece_vocab(rng, alphabet, unk, drop=()):
 def _wordpiece_cases(rng):
     alphabet = _letters(rng, 4)
     vocab = _wordpiece_vocab(rng, alphabet, "[UNK]")
-    cases = [Case(("abc", ["[UNK]", "a", "ab", "##b", "##c", "##bc"])),  # longest first: ab ##c, not a ##b ##c
-             Case(("ab", ["[UNK]", "a", "##b"])),  # continuations are looked up with ##
-             Case(("a", ["[UNK]", "a", "##a"]))] + [Case((_word(rng, alphabet, 2, 9), vocab)) for _ in range(3)]
-    cases.append(Case((_word(rng, alphabet, 3, 8), vocab), {"unk": "[UNK]", "max_chars": 20}))
+    cases = [Case(("abc", ["[UNK]", "a", "ab", "##b", "##c", "##bc"]), note="longest match first"),
+             Case(("ab", ["[UNK]", "a", "##b"]), note="continuation pieces are looked up with ##"),
+             Case(("a", ["[UNK]", "a", "##a"]), note="a word of one letter")]
+    cases += [Case((_word(rng, alphabet, 2, 9), vocab), note="a random word") for _ in range(3)]
+    cases.append(Case((_word(rng, alphabet, 3, 8), vocab), {"unk": "[UNK]", "max_chars": 20},
+                      note="a random word, max_chars 20"))
     return cases
 
 
@@ -232,11 +249,13 @@ def _wordpiece_unknown_cases(rng):
     trap2 = ["[UNK]", p + q, p, "##" + q + r]  # greedy takes pq, then r cannot continue: [UNK] (p ##qr existed)
     long_word = _word(rng, alphabet[:4], 7, 9)
     return [
-        Case((w[:2] + missing + w[2:], vocab), {"unk": "<unk>"}),  # one unknown letter: the whole word
-        Case((p + q + r, trap)),
-        Case((p + q + r, trap2)),
-        Case((long_word, vocab), {"unk": "<unk>", "max_chars": len(long_word) - 1}),  # too long
-        Case((long_word, vocab), {"unk": "<unk>", "max_chars": len(long_word)}),  # just short enough
+        Case((w[:2] + missing + w[2:], vocab), {"unk": "<unk>"}, note="a letter missing from the vocabulary"),
+        Case((p + q + r, trap), note="greedy longest match first, then a continuation"),
+        Case((p + q + r, trap2), note="greedy longest match first, no backtracking"),
+        Case((long_word, vocab), {"unk": "<unk>", "max_chars": len(long_word) - 1},
+             note="a word one letter longer than max_chars"),
+        Case((long_word, vocab), {"unk": "<unk>", "max_chars": len(long_word)},
+             note="a word exactly max_chars long"),
     ]
 
 
@@ -278,9 +297,9 @@ def _unigram_word(rng, pieces, max_len=10):
 
 def _viterbi_cases(rng):
     """Continuous log-probabilities; the best segmentation wins by at least 1e-3, so rounding cannot matter."""
-    cases = [Case(("aab", {"a": -1.0, "b": -1.0, "aa": -1.5})),  # pieces in order: aa b
-             Case(("abc", {"a": -1.0, "b": -1.0, "c": -1.0, "ab": -5.0})),  # greedy ab|c is worse than a|b|c
-             Case(("abab", {"a": -2.0, "b": -2.0, "abab": -1.0}))]  # the longest piece of the vocabulary
+    cases = [Case(("aab", {"a": -1.0, "b": -1.0, "aa": -1.5}), note="pieces returned in the word's order"),
+             Case(("abc", {"a": -1.0, "b": -1.0, "c": -1.0, "ab": -5.0}), note="a long but improbable piece"),
+             Case(("abab", {"a": -2.0, "b": -2.0, "abab": -1.0}), note="the whole word is a piece")]
     while len(cases) < 4:
         alphabet = _letters(rng, 3)
         log_probs = _unigram_pieces(rng, alphabet, np.round(-rng.uniform(0.5, 2.5, 20), 2),
@@ -288,15 +307,16 @@ def _viterbi_cases(rng):
         word = _unigram_word(rng, log_probs)
         scores = _scores(word, log_probs)
         if len(scores) == 1 or scores[0] - scores[1] > 1e-3:
-            cases.append(Case((word, log_probs)))
+            cases.append(Case((word, log_probs), note="a random vocabulary with one clearly best segmentation"))
     return cases
 
 
 def _viterbi_ties_cases(rng):
     """Log-probabilities that are multiples of 1/2 (exact sums): at least two cases have several best segmentations."""
-    cases = [Case(("ab", {"a": -1.0, "b": -1.0, "ab": -2.0})),  # a|b and ab tie: ab
+    cases = [Case(("ab", {"a": -1.0, "b": -1.0, "ab": -2.0}), note="two letters and their piece tie"),
              # a|b|cd (3 pieces) and abc|d (2 pieces) tie: the longer last piece wins, not the fewer pieces
-             Case(("abcd", {"a": -1.0, "b": -1.0, "c": -5.0, "d": -1.0, "cd": -2.0, "abc": -3.0}))]
+             Case(("abcd", {"a": -1.0, "b": -1.0, "c": -5.0, "d": -1.0, "cd": -2.0, "abc": -3.0}),
+                  note="a tie between three pieces and two")]
     tied = 0
     while len(cases) < 6:
         alphabet = _letters(rng, 3)
@@ -306,7 +326,7 @@ def _viterbi_ties_cases(rng):
         has_tie = len(scores) > 1 and scores[0] == scores[1]
         if has_tie or tied >= 2:
             tied += has_tie
-            cases.append(Case((word, log_probs)))
+            cases.append(Case((word, log_probs), note="random log-probabilities in halves: a tie is possible"))
     return cases
 
 

@@ -59,54 +59,67 @@ def ref_cached_step(q, k, v, k_cache, v_cache):
 def _top_k_small(rng):
     v = int(rng.integers(4, 12))
     ties = np.round(rng.normal(size=v), 0)  # rounded: ties at the threshold happen
-    return [Case((np.array([1.0, 3.0, 2.0, 3.0, 2.0, 0.0]), 3)),  # the 3rd largest, 2, ties with the 4th: keep 4
-            Case((np.array([2.0, 5.0, 5.0, 1.0]), 1)),  # k = 1 and a tie at the top: keep both
-            Case((rng.normal(size=v), int(rng.integers(1, v)))), Case((ties, 2))]
+    return [Case((np.array([1.0, 3.0, 2.0, 3.0, 2.0, 0.0]), 3),  # the 3rd largest, 2, ties with the 4th: keep 4
+                 note="the k-th largest logit ties with the next"),
+            Case((np.array([2.0, 5.0, 5.0, 1.0]), 1), note="k = 1 and a tie at the top"),  # keep both
+            Case((rng.normal(size=v), int(rng.integers(1, v))), note="random logits, a random k"),
+            Case((ties, 2), note="rounded logits, k = 2: ties at the threshold")]
 
 
 def _top_k_batch(rng):
-    return [Case((np.array([[1.0, 5.0, 3.0], [9.0, 0.0, 4.0]]), 1)),  # each row on its own
-            Case((rng.normal(size=(2, 4)), 4)),  # k = V: nothing removed
-            Case((rng.normal(size=(3, 7)), int(rng.integers(1, 7)))), Case((rng.normal(size=(2, 4, 5)), 9))]
+    return [Case((np.array([[1.0, 5.0, 3.0], [9.0, 0.0, 4.0]]), 1), note="two rows, k = 1: each row on its own"),
+            Case((rng.normal(size=(2, 4)), 4), note="k equal to the vocabulary size"),
+            Case((rng.normal(size=(3, 7)), int(rng.integers(1, 7))), note="three rows, a random k"),
+            Case((rng.normal(size=(2, 4, 5)), 9), note="three axes, k larger than the vocabulary")]
 
 
 def _top_p(rng):
-    return [Case((np.log(np.array([0.1, 0.5, 0.15, 0.25])), 0.7)),  # keeps the token that crosses p: 0.5 and 0.25
-            Case((np.zeros(4), 0.5)),  # four equal tokens: the first two
-            Case((np.array([[0.0, -40.0, -50.0], [1.0, 1.0, -45.0]]), 1.0)),  # p = 1 keeps the negligible tail
-            Case((np.log(np.array([0.1, 0.5, 0.15, 0.25])), 0.01))] + [  # at least one token
-        Case((rng.normal(size=(4, 9)) * 2, float(p))) for p in rng.uniform(0.05, 0.99, size=3)]
+    return [Case((np.log(np.array([0.1, 0.5, 0.15, 0.25])), 0.7),  # keeps the token that crosses p: 0.5 and 0.25
+                 note="the token whose probability crosses p"),
+            Case((np.zeros(4), 0.5), note="four equally probable tokens, p = 0.5"),  # the first two
+            Case((np.array([[0.0, -40.0, -50.0], [1.0, 1.0, -45.0]]), 1.0),  # p = 1 keeps the negligible tail
+                 note="p = 1 with a negligible tail"),
+            Case((np.log(np.array([0.1, 0.5, 0.15, 0.25])), 0.01), note="p below the largest probability")] + [
+        Case((rng.normal(size=(4, 9)) * 2, float(p)), note="rows of random logits, a random p")
+        for p in rng.uniform(0.05, 0.99, size=3)]
 
 
 def _sampling(rng):
     logits = rng.normal(size=8)
-    return [Case((np.zeros(4), 1.0, 0.5)),  # u = P0 + P1 exactly: index 2 (the running sum must *exceed* u)
-            Case((np.zeros(4), 1.0, 0.0)),  # u = 0: index 0
-            Case((np.log(np.array([0.2, 0.5, 0.3])), 0.05, 0.9)),  # divided by a low temperature: almost surely 1
-            Case((np.log(np.array([0.2, 0.5, 0.3])), 1.0, 0.1))] + [  # not the most probable token
-        Case((logits, float(t), float(u))) for t, u in zip(rng.uniform(0.3, 2.0, size=4), rng.random(4))]
+    return [Case((np.zeros(4), 1.0, 0.5),  # u = P0 + P1 exactly: index 2 (the running sum must *exceed* u)
+                 note="u exactly equal to a cumulative probability"),
+            Case((np.zeros(4), 1.0, 0.0), note="u = 0"),
+            Case((np.log(np.array([0.2, 0.5, 0.3])), 0.05, 0.9), note="a low temperature, 0.05"),
+            Case((np.log(np.array([0.2, 0.5, 0.3])), 1.0, 0.1), note="temperature 1, a small u")] + [
+        Case((logits, float(t), float(u)), note="random logits, temperature and u")
+        for t, u in zip(rng.uniform(0.3, 2.0, size=4), rng.random(4))]
 
 
 def _beam(rng):
     n, t, v = int(rng.integers(2, 4)), int(rng.integers(1, 4)), int(rng.integers(3, 7))
     logprobs = np.log(rng.dirichlet(np.ones(v), size=n))
     half = np.log(np.full(2, 0.5))
-    return [Case((np.array([[5], [7]]), half, np.log(np.full((2, 2), 0.5)), 3)),  # four equal extensions
+    return [Case((np.array([[5], [7]]), half, np.log(np.full((2, 2), 0.5)), 3),
+                 note="four equally good extensions, beam size 3"),
             Case((np.array([[0, 1], [0, 2]]), np.log(np.array([0.6, 0.4])),  # the best extension is from beam 1;
-                  np.log(np.array([[0.25, 0.25, 0.25, 0.25], [0.05, 0.04, 0.01, 0.9]])), 2)),  # then a tie
-            Case((np.array([[3], [1]]), np.log(np.array([0.5, 0.25])), np.log(np.array([[0.5, 0.5], [0.5, 0.5]])), 1)),
-            Case((rng.integers(0, v, size=(n, t)), np.log(rng.dirichlet(np.ones(n))), logprobs, int(rng.integers(1, n * v))))]
+                  np.log(np.array([[0.25, 0.25, 0.25, 0.25], [0.05, 0.04, 0.01, 0.9]])), 2),  # then a tie
+                 note="beams of unequal scores, with a tie among the extensions"),
+            Case((np.array([[3], [1]]), np.log(np.array([0.5, 0.25])), np.log(np.array([[0.5, 0.5], [0.5, 0.5]])), 1),
+                 note="beam size 1"),
+            Case((rng.integers(0, v, size=(n, t)), np.log(rng.dirichlet(np.ones(n))), logprobs, int(rng.integers(1, n * v))),
+                 note="random beams, scores, log-probabilities and beam size")]
 
 
 def _cache_first(rng):
     d = int(rng.integers(2, 6))
-    return [Case((rng.normal(size=d), rng.normal(size=d), rng.normal(size=d), np.zeros((0, d)), np.zeros((0, d))))]
+    return [Case((rng.normal(size=d), rng.normal(size=d), rng.normal(size=d), np.zeros((0, d)), np.zeros((0, d))),
+                 note="the first step: an empty cache")]
 
 
 def _cache_steps(rng):
     d, t = int(rng.integers(2, 8)), int(rng.integers(1, 9))
     return [Case((rng.normal(size=d), rng.normal(size=d), rng.normal(size=d), rng.normal(size=(t, d)),
-                  rng.normal(size=(t, d))))]
+                  rng.normal(size=(t, d))), note="a cache of earlier tokens")]
 
 
 CHECKS = {

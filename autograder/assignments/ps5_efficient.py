@@ -88,22 +88,25 @@ def ref_decode(q, k_new, v_new, k_cache, v_cache):
 def _window_causal(rng):
     T = int(rng.integers(5, 13))
     return [
-        Case((5, 3)),
-        Case((4, 1)),
-        Case((T, int(rng.integers(2, T - 1)))),
-        Case((T, 1)),
-        Case((T, T), {"causal": True}),
-        Case((T, T + int(rng.integers(1, 6)))),
-        Case((1, int(rng.integers(1, 4)))),
-        Case((int(rng.integers(6, 13)), int(rng.integers(2, 6))), {"causal": True}),
+        Case((5, 3), note="T = 5, w = 3"),
+        Case((4, 1), note="a window of 1"),
+        Case((T, int(rng.integers(2, T - 1))), note="a random T and w"),
+        Case((T, 1), note="a random T, a window of 1"),
+        Case((T, T), {"causal": True}, note="a window as long as the sequence"),
+        Case((T, T + int(rng.integers(1, 6))), note="a window longer than the sequence"),
+        Case((1, int(rng.integers(1, 4))), note="a single position"),
+        Case((int(rng.integers(6, 13)), int(rng.integers(2, 6))), {"causal": True}, note="causal=True passed by name"),
     ]
 
 
 def _window_bidirectional(rng):
     T = int(rng.integers(6, 13))
     odd, even = 2 * int(rng.integers(1, 3)) + 1, 2 * int(rng.integers(1, 3))
-    return [Case((5, 2), {"causal": False}), Case((5, 3), {"causal": False})] + [
-        Case((T, w), {"causal": False}) for w in (odd, even, 1, 2 * T + int(rng.integers(0, 3)))]
+    windows = {odd: "an odd window", even: "an even window", 1: "a window of 1"}
+    return [Case((5, 2), {"causal": False}, note="T = 5, an even window, 2"),
+            Case((5, 3), {"causal": False}, note="T = 5, an odd window, 3")] + [
+        Case((T, w), {"causal": False}, note=windows.get(w, "a window longer than the sequence"))
+        for w in (odd, even, 1, 2 * T + int(rng.integers(0, 3)))]
 
 
 def _block_stats(rng, rows, scale=3.0, offset=0.0):
@@ -117,8 +120,10 @@ def _merge_stats(rng):
     (m1, l1), (m2, l2) = _block_stats(rng, rows), _block_stats(rng, rows)
     (a1, b1), (a2, b2) = _block_stats(rng, 6), _block_stats(rng, 6)
     worked = (np.array([2.0, 3.0]), np.array([1.5, 1.0]), np.array([3.0, 2.0]), np.array([1.0, 1.5]))  # both orders
-    return [Case(worked), Case((m1, l1, m2, l2)),
-            Case((a1.reshape(2, 3), b1.reshape(2, 3), a2.reshape(2, 3), b2.reshape(2, 3)))]
+    return [Case(worked, note="the worked example, the larger maximum on either side"),
+            Case((m1, l1, m2, l2), note="random rows"),
+            Case((a1.reshape(2, 3), b1.reshape(2, 3), a2.reshape(2, 3), b2.reshape(2, 3)),
+                 note="statistics of shape (2, 3)")]
 
 
 def _merge_extremes(rng):
@@ -132,7 +137,10 @@ def _merge_extremes(rng):
     empty = (np.array([-np.inf, -np.inf, 5.0]), np.array([0.0, 0.0, 1.0]), np.array([-np.inf, 5.0, -np.inf]),
              np.array([0.0, 1.0, 0.0]))  # two empty blocks; an empty block on either side
     huge = (np.array([1e4, 5.0]), np.array([2.0, 1.0]), np.array([1e4 - 1, 1e4]), np.array([1.0, 1.0]))
-    return [Case(empty), Case(huge), Case((*big[0], *big[1])), Case((*big[2], *big[3])), Case((m1, l1, m2, l2))]
+    return [Case(empty, note="empty blocks (maximum -inf): on either side, and both"),
+            Case(huge, note="maxima near 1e4"), Case((*big[0], *big[1]), note="random rows with maxima near +1e4"),
+            Case((*big[2], *big[3]), note="random rows with maxima near -1e4"),
+            Case((m1, l1, m2, l2), note="random rows, some blocks empty")]
 
 
 def _online_softmax(rng):
@@ -141,10 +149,10 @@ def _online_softmax(rng):
     bs = bs + 1 if n % bs == 0 else bs  # a shorter last block
     x2 = rng.normal(size=(int(rng.integers(2, 5)), n)) * 2
     return [
-        Case((rng.normal(size=n) * 2, bs)),
-        Case((x2, 1)),
-        Case((x2, n + int(rng.integers(0, 5)))),
-        Case((rng.normal(size=(2, 3, n)), int(rng.integers(2, 5)))),
+        Case((rng.normal(size=n) * 2, bs), note="one row, a shorter last block"),
+        Case((x2, 1), note="rows, blocks of size 1"),
+        Case((x2, n + int(rng.integers(0, 5))), note="rows, one block longer than the row"),
+        Case((rng.normal(size=(2, 3, n)), int(rng.integers(2, 5))), note="three axes, small blocks"),
     ]
 
 
@@ -159,7 +167,9 @@ def _online_softmax_extremes(rng):
     x[:, -1] = 1e4 + ramp[:, -1]  # every row keeps a finite entry
     low = -1e4 + rng.normal(size=(3, n)) * 5  # everything underflows without the shift
     worked = np.array([-np.inf, -np.inf, 1e4, 1e4 + 1, 1e4 + 1000, 1e4 + 999, 1e4 + 2])  # a masked block, a short one
-    return [Case((worked, 2)), Case((x, bs)), Case((low, int(rng.integers(2, 5))))]
+    return [Case((worked, 2), note="the worked example: a masked block, values near 1e4, a short last block"),
+            Case((x, bs), note="a masked first block, scattered -inf, a maximum that grows past exp's range"),
+            Case((low, int(rng.integers(2, 5))), note="values near -1e4: everything underflows without the shift")]
 
 
 def _huge_scores(rng, b, t_q, t_k):
@@ -178,12 +188,12 @@ def _tiled_full(rng):
     bs = bs + 1 if t_k % bs == 0 else bs
     q, k, v = rng.normal(size=(b, h, t_q, d)), rng.normal(size=(b, h, t_k, d)), rng.normal(size=(b, h, t_k, d_v))
     return [
-        Case((*_huge_scores(rng, 2, 3, 7), 3)),
-        Case((q, k, v, bs)),
-        Case((q, k, v, 1)),
-        Case((q, k, v, t_k + int(rng.integers(0, 10)))),
-        Case((q[0, 0], k[0, 0], v[0, 0], bs), {"is_causal": False}),
-        Case((q * 30, k * 30, v, int(rng.integers(2, 5)))),  # scores in the hundreds and thousands
+        Case((*_huge_scores(rng, 2, 3, 7), 3), note="scores above 1000: exp overflows without the running maximum"),
+        Case((q, k, v, bs), note="four axes (B, H, T, d), a shorter last block"),
+        Case((q, k, v, 1), note="blocks of one key"),
+        Case((q, k, v, t_k + int(rng.integers(0, 10))), note="one block holds every key"),
+        Case((q[0, 0], k[0, 0], v[0, 0], bs), {"is_causal": False}, note="two axes (T, d), is_causal=False by name"),
+        Case((q * 30, k * 30, v, int(rng.integers(2, 5))), note="scores in the hundreds and thousands"),
     ]
 
 
@@ -193,11 +203,11 @@ def _tiled_causal(rng):
     bs = bs + 1 if t % bs == 0 else bs
     q, k, v = rng.normal(size=(2, 2, t, 4)), rng.normal(size=(2, 2, t, 4)), rng.normal(size=(2, 2, t, 3))
     return [
-        Case((*_huge_scores(rng, 2, 7, 7), 3), {"is_causal": True}),
-        Case((q, k, v, bs), {"is_causal": True}),
-        Case((q[0], k[0], v[0], 1), {"is_causal": True}),
-        Case((q, k, v, t + int(rng.integers(0, 5))), {"is_causal": True}),
-        Case((q * 20, k * 20, v, int(rng.integers(2, 5))), {"is_causal": True}),
+        Case((*_huge_scores(rng, 2, 7, 7), 3), {"is_causal": True}, note="scores above 1000, causal"),
+        Case((q, k, v, bs), {"is_causal": True}, note="four axes, causal, a shorter last block"),
+        Case((q[0], k[0], v[0], 1), {"is_causal": True}, note="three axes, causal, blocks of one key"),
+        Case((q, k, v, t + int(rng.integers(0, 5))), {"is_causal": True}, note="causal, one block holds every key"),
+        Case((q * 20, k * 20, v, int(rng.integers(2, 5))), {"is_causal": True}, note="large scores, causal"),
     ]
 
 
@@ -211,16 +221,20 @@ def _gqa_inputs(rng, h, h_kv, t_q, t_k):
 
 
 def _gqa(rng):
-    cases = [Case(_gqa_inputs(rng, 6, 2, int(rng.integers(2, 7)), int(rng.integers(2, 9)))),  # interleaving differs
-             Case(_gqa_inputs(rng, 4, 1, 3, 5)), Case(_gqa_inputs(rng, 3, 3, 4, 4))]
+    cases = [Case(_gqa_inputs(rng, 6, 2, int(rng.integers(2, 7)), int(rng.integers(2, 9))),  # interleaving differs
+                  note="6 query heads on 2 key/value heads: h // g, not h % H_kv"),
+             Case(_gqa_inputs(rng, 4, 1, 3, 5), note="multi-query attention (one key/value head)"),
+             Case(_gqa_inputs(rng, 3, 3, 4, 4), note="multi-head attention (H_kv = H)")]
     h, h_kv = _heads(rng)
-    return cases + [Case(_gqa_inputs(rng, h, h_kv, int(rng.integers(2, 7)), int(rng.integers(2, 9))), {"is_causal": False})]
+    return cases + [Case(_gqa_inputs(rng, h, h_kv, int(rng.integers(2, 7)), int(rng.integers(2, 9))),
+                         {"is_causal": False}, note="random heads, not causal")]
 
 
 def _gqa_causal(rng):
     t = int(rng.integers(4, 10))
     h, h_kv = _heads(rng)
-    return [Case(_gqa_inputs(rng, 8, 4, t, t), {"is_causal": True}), Case(_gqa_inputs(rng, h, h_kv, t, t), {"is_causal": True})]
+    return [Case(_gqa_inputs(rng, 8, 4, t, t), {"is_causal": True}, note="8 query heads on 4, causal"),
+            Case(_gqa_inputs(rng, h, h_kv, t, t), {"is_causal": True}, note="random heads, causal")]
 
 
 def _decode_inputs(rng, h, h_kv, t_past, t_new):
@@ -231,15 +245,19 @@ def _decode_inputs(rng, h, h_kv, t_past, t_new):
 
 def _decode_step(rng):
     h, h_kv = _heads(rng)
-    return [Case(_decode_inputs(rng, 4, 2, 0, 1)), Case(_decode_inputs(rng, 6, 2, int(rng.integers(1, 9)), 1)),
-            Case(_decode_inputs(rng, h, h_kv, int(rng.integers(1, 9)), 1))]
+    return [Case(_decode_inputs(rng, 4, 2, 0, 1), note="the first token: an empty cache"),
+            Case(_decode_inputs(rng, 6, 2, int(rng.integers(1, 9)), 1),
+                 note="one new token after a cache, 6 heads on 2"),
+            Case(_decode_inputs(rng, h, h_kv, int(rng.integers(1, 9)), 1), note="one new token, random heads")]
 
 
 def _decode_chunks(rng):
     h, h_kv = _heads(rng)
-    return [Case(_decode_inputs(rng, 4, 2, int(rng.integers(2, 7)), int(rng.integers(2, 5)))),
-            Case(_decode_inputs(rng, h, h_kv, int(rng.integers(1, 7)), int(rng.integers(2, 5)))),
-            Case(_decode_inputs(rng, 4, 1, 0, int(rng.integers(2, 5))))]
+    return [Case(_decode_inputs(rng, 4, 2, int(rng.integers(2, 7)), int(rng.integers(2, 5))),
+                 note="several new tokens after a cache: causal among themselves"),
+            Case(_decode_inputs(rng, h, h_kv, int(rng.integers(1, 7)), int(rng.integers(2, 5))),
+                 note="several new tokens, random heads"),
+            Case(_decode_inputs(rng, 4, 1, 0, int(rng.integers(2, 5))), note="several new tokens, an empty cache")]
 
 
 CHECKS = {

@@ -61,29 +61,36 @@ def _power_law_exact(rng):
     x = np.exp(rng.uniform(-2, 15, size=int(rng.integers(3, 9))))
     two = np.array([float(rng.uniform(1, 10)), float(rng.uniform(100, 1000))])
     decades = np.array([2.0, 5.0, 30.0, 400.0])
-    return [Case((decades, 3.0 * decades**-0.5)), Case((x, a * x**b)), Case((two, 2.5 * two**-0.7))]
+    return [Case((decades, 3.0 * decades**-0.5), note="an exact power law over four decades"),
+            Case((x, a * x**b), note="an exact power law, random a, b and points"),
+            Case((two, 2.5 * two**-0.7), note="an exact power law through two points")]
 
 
 def _power_law_noisy(rng):
-    cases = [Case((np.array([1.0, 10.0, 100.0]), np.array([4.0, 2.5, 1.0])))]  # the notebook's worked example
+    cases = [Case((np.array([1.0, 10.0, 100.0]), np.array([4.0, 2.5, 1.0])), note="the worked example")]
     for _ in range(2):
         n = int(rng.integers(10, 41))
         low = rng.uniform(-3, 12)
         x = np.exp(rng.uniform(low, low + rng.uniform(4, 18), size=n))  # unsorted, 2 to 8 decades
         a, b = float(np.exp(rng.uniform(-3, 6))), float(rng.uniform(-1.2, 1.2))
-        cases.append(Case((x, a * x**b * np.exp(rng.uniform(0.05, 0.3) * rng.normal(size=n)))))
+        cases.append(Case((x, a * x**b * np.exp(rng.uniform(0.05, 0.3) * rng.normal(size=n))),
+                          note="a noisy power law, unsorted points over 2 to 8 decades"))
     return cases
 
 
 def _training_flops(rng):
-    return [Case((70e9, 1.4e12)), Case((float(rng.uniform(1e8, 1e11)), float(rng.uniform(1e9, 1e13)))),
-            Case((np.exp(rng.uniform(15, 25, size=(3, 1))), np.exp(rng.uniform(20, 28, size=4))))]
+    return [Case((70e9, 1.4e12), note="Chinchilla's model and data size"),
+            Case((float(rng.uniform(1e8, 1e11)), float(rng.uniform(1e9, 1e13))), note="random sizes, as floats"),
+            Case((np.exp(rng.uniform(15, 25, size=(3, 1))), np.exp(rng.uniform(20, 28, size=4))),
+                 note="arrays (3, 1) and (4,) that broadcast")]
 
 
 def _optimal_closed_form(rng):
     constants = dict(CHINCHILLA_APPROACH3)
-    return [Case((np.exp(rng.uniform(np.log(1e18), np.log(1e26), size=5)),), constants),
-            Case((float(5.76e23 * rng.uniform(0.5, 2.0)),), constants)]
+    return [Case((np.exp(rng.uniform(np.log(1e18), np.log(1e26), size=5)),), constants,
+                 note="Chinchilla's constants, five budgets from 1e18 to 1e26"),
+            Case((float(5.76e23 * rng.uniform(0.5, 2.0)),), constants,
+                 note="Chinchilla's constants, one budget as a float")]
 
 
 def _random_constants(rng):
@@ -95,9 +102,11 @@ def _random_constants(rng):
 def _optimal_brute_force(rng):
     same = _random_constants(rng)
     same["beta"] = same["alpha"]  # alpha = beta: a constant number of tokens per parameter
-    return [Case((np.exp(rng.uniform(np.log(1e17), np.log(1e27), size=(2, 3))),), _random_constants(rng)),
-            Case((float(np.exp(rng.uniform(np.log(1e19), np.log(1e25)))),), _random_constants(rng)),
-            Case((np.geomspace(1e18, 1e24, 4),), same)]
+    return [Case((np.exp(rng.uniform(np.log(1e17), np.log(1e27), size=(2, 3))),), _random_constants(rng),
+                 note="random constants, budgets of shape (2, 3)"),
+            Case((float(np.exp(rng.uniform(np.log(1e19), np.log(1e25)))),), _random_constants(rng),
+                 note="random constants, one budget as a float"),
+            Case((np.geomspace(1e18, 1e24, 4),), same, note="alpha = beta")]
 
 
 def _chinchilla_like(rng):
@@ -110,16 +119,19 @@ def _objective(rng):
     # the worked example: residuals (-0.0005, 0.01), one in each zone of the Huber loss; then delta = 1
     worked = ({"E": 1.0, "A": 100.0, "B": 100.0, "alpha": 1.0, "beta": 1.0}, np.array([1e2, 1e4]), np.array([1e2, 1e4]),
               np.array([3.0 * np.exp(0.0005), 1.02 * np.exp(-0.01)]))
-    cases = [Case(worked), Case(worked, {"delta": 1.0}), Case(worked, {"delta": 0.002})]
+    cases = [Case(worked, note="the worked example: one residual in each zone of the Huber loss"),
+             Case(worked, {"delta": 1.0}, note="the worked example, delta = 1"),
+             Case(worked, {"delta": 0.002}, note="the worked example, delta = 0.002")]
     for kwargs in ({}, {"delta": float(rng.uniform(0.003, 0.03))}):
         params, n = _chinchilla_like(rng), int(rng.integers(8, 25))
         N, D = np.exp(rng.uniform(np.log(1e7), np.log(1e10), size=n)), np.exp(rng.uniform(np.log(1e9), np.log(1e12), size=n))
         noise = rng.normal(size=n) * np.where(rng.random(n) < 0.2, 0.05, 0.002)  # both zones of the Huber loss
-        cases.append(Case((params, N, D, chinchilla_loss(N, D, **params) * np.exp(noise)), kwargs))
+        cases.append(Case((params, N, D, chinchilla_loss(N, D, **params) * np.exp(noise)), kwargs,
+                          note="noisy losses of a random law" + (", a random delta" if kwargs else ", default delta")))
     return cases
 
 
-def _isoflop_runs(rng, sigma, n_diverged):
+def _isoflop_runs(rng, sigma, n_diverged, note):
     """IsoFLOP-style runs from a random Chinchilla-like law: 6 budgets in [1e18, 1e21] FLOPs, 6 model sizes each
     around 20 tokens per parameter; multiplicative log-normal noise, and ``n_diverged`` runs 5-20% too high. Also
     the points to predict: the runs themselves and four larger models (up to 5x the largest, 20 tokens each)."""
@@ -131,15 +143,15 @@ def _isoflop_runs(rng, sigma, n_diverged):
     loss = chinchilla_loss(N, D, **params) * np.exp(sigma * rng.normal(size=N.size))
     loss[rng.choice(N.size, n_diverged, replace=False)] *= rng.uniform(1.05, 1.2, size=n_diverged)
     larger = np.geomspace(N.max(), 5 * N.max(), 4)
-    return Case((N, D, loss, np.concatenate([N, larger]), np.concatenate([D, 20 * larger])))
+    return Case((N, D, loss, np.concatenate([N, larger]), np.concatenate([D, 20 * larger])), note=note)
 
 
 def _fit_exact(rng):
-    return [_isoflop_runs(rng, 0.0, 0)]
+    return [_isoflop_runs(rng, 0.0, 0, "noise-free IsoFLOP runs of a random Chinchilla-like law")]
 
 
 def _fit_noisy(rng):
-    return [_isoflop_runs(rng, float(rng.uniform(0.005, 0.01)), 2)]
+    return [_isoflop_runs(rng, float(rng.uniform(0.005, 0.01)), 2, "noisy IsoFLOP runs, two of them diverged")]
 
 
 CHECKS = {

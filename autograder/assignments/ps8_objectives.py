@@ -121,7 +121,7 @@ def _invariant_problem(case: Case, values: tuple) -> str | None:
 
 
 def _label(i: int, cases: list[Case]) -> str:
-    return f"hidden case {i + 1} of {len(cases)}, {cases[i].describe('mlm_mask')}"
+    return cases[i].label(i, len(cases), "mlm_mask")
 
 
 def mlm_invariants(cases: list[Case], returned: list[tuple]) -> str | None:
@@ -263,11 +263,11 @@ def _mlm_invariants(rng):
     crowded[crowded_special] = PAD
     vocab = int(rng.integers(2000, 40000))
     big, big_special = _bert_batch(rng, int(rng.integers(2, 9)), int(rng.integers(10, 65)), vocab, 8)
-    return [_mlm_case(ids, special, 30522, 1.0),  # every non-special token is selected
-            _mlm_case(ids, special, 30522, 0.0),  # none is
-            _mlm_case(single[0], single_special[0], 30522, 0.5),  # ids (T,)
-            _mlm_case(crowded, crowded_special, 30522, 0.9),  # half the positions are special
-            _mlm_case(big, big_special, vocab, float(rng.uniform(0.1, 0.6)))]
+    return [_mlm_case(ids, special, 30522, 1.0, note="mask_prob 1: every non-special token selected"),
+            _mlm_case(ids, special, 30522, 0.0, note="mask_prob 0"),
+            _mlm_case(single[0], single_special[0], 30522, 0.5, note="ids of shape (T,)"),
+            _mlm_case(crowded, crowded_special, 30522, 0.9, note="half the positions special"),
+            _mlm_case(big, big_special, vocab, float(rng.uniform(0.1, 0.6)), note="a random batch and mask_prob")]
 
 
 REPEATED, RESEEDED, LOW_IDS, TINY_VOCAB = 3, 4, 5, 6  # positions of the special cases of _mlm_statistics
@@ -299,19 +299,21 @@ def _mlm_loss(rng):
     b, t, v = int(rng.integers(1, 4)), int(rng.integers(3, 12)), int(rng.integers(3, 20))
     labels = np.where(rng.random((b, t)) < 0.6, IGNORE, rng.integers(0, v, size=(b, t)))
     labels[0, 0] = int(rng.integers(0, v))  # at least one position is selected
-    return [Case(worked),
+    return [Case(worked, note="the worked example"),
             Case((rng.normal(size=(2, 5, 7)) * 3,
-                  np.array([[1, IGNORE, 6, IGNORE, 0], [IGNORE, 2, IGNORE, IGNORE, 5]]))),
-            Case((rng.normal(size=(6, 5)), np.array([3, IGNORE, 1, IGNORE, 4, 0]))),  # (N, V) and (N,)
-            Case((rng.normal(size=(b, t, v)) * 2, labels))]
+                  np.array([[1, IGNORE, 6, IGNORE, 0], [IGNORE, 2, IGNORE, IGNORE, 5]])),
+                 note="logits (B, T, V), some labels -100"),
+            Case((rng.normal(size=(6, 5)), np.array([3, IGNORE, 1, IGNORE, 4, 0])), note="logits (N, V), labels (N,)"),
+            Case((rng.normal(size=(b, t, v)) * 2, labels), note="a random batch, most labels -100")]
 
 
 def _mlm_loss_large(rng):
     # every position selected: this cell is about stability (the selection is test_mlm_loss's)
     b, t, v = int(rng.integers(1, 3)), int(rng.integers(3, 9)), int(rng.integers(4, 12))
     labels = rng.integers(0, v, size=(b, t))
-    return [Case((np.array([[1000.0, 0.0, -1000.0], [0.0, 800.0, 0.0]]), np.array([1, 0]))),
-            Case((rng.normal(size=(b, t, v)) * 1000, labels))]
+    return [Case((np.array([[1000.0, 0.0, -1000.0], [0.0, 800.0, 0.0]]), np.array([1, 0])),
+                 note="logits of +-1000 and 800: exp overflows without a shift"),
+            Case((rng.normal(size=(b, t, v)) * 1000, labels), note="random logits in the thousands")]
 
 
 def _t5_counts(rng):
@@ -346,10 +348,11 @@ def _t5_mask(rng, length, density, mean):
 
 def _t5_corruption(rng):
     fixed = np.array([0, 0, 1, 1, 0, 0, 0, 1, 0, 1], dtype=bool)  # three spans, one of two tokens
-    cases = [Case((np.arange(10, 20), fixed, T5_SENTINELS))]
+    cases = [Case((np.arange(10, 20), fixed, T5_SENTINELS), note="three spans, one of two tokens")]
     for density, mean in ((0.15, 3.0), (float(rng.choice([0.15, 0.3, 0.5])), float(rng.choice([2.0, 3.0])))):
         length = int(rng.integers(60, 301))
-        cases.append(Case((rng.integers(0, 32000, size=length), _t5_mask(rng, length, density, mean), T5_SENTINELS)))
+        cases.append(Case((rng.integers(0, 32000, size=length), _t5_mask(rng, length, density, mean), T5_SENTINELS),
+                          note="a random mask from T5's span sampler"))
     return cases
 
 
@@ -357,36 +360,44 @@ def _t5_corruption_edges(rng):
     figure2 = np.array([0, 0, 1, 1, 0, 0, 0, 0, 1, 0, 0], dtype=bool)  # "Thank you [for inviting] ... [last] week ."
     length = int(rng.integers(20, 80))
     rolled = np.roll(_t5_mask(rng, length, 0.3, 2.0), int(rng.integers(1, length)))  # T5's random_roll option
-    return [Case((np.arange(100, 111), figure2, T5_SENTINELS)),  # ends with non-noise: a closing sentinel
-            Case((np.arange(100, 106), np.array([1, 1, 0, 1, 0, 0], dtype=bool), T5_SENTINELS)),  # starts with noise
-            Case((np.arange(100, 105), np.array([1, 0, 0, 1, 1], dtype=bool), T5_SENTINELS)),
-            Case((np.arange(100, 106), np.zeros(6, dtype=bool), T5_SENTINELS)),  # no noise at all
-            Case((rng.integers(0, 32000, size=length), rolled, T5_SENTINELS))]
+    return [Case((np.arange(100, 111), figure2, T5_SENTINELS), note="the T5 paper's Figure 2"),
+            Case((np.arange(100, 106), np.array([1, 1, 0, 1, 0, 0], dtype=bool), T5_SENTINELS),
+                 note="a sequence that starts with noise"),
+            Case((np.arange(100, 105), np.array([1, 0, 0, 1, 1], dtype=bool), T5_SENTINELS),
+                 note="a sequence that starts and ends with noise"),
+            Case((np.arange(100, 106), np.zeros(6, dtype=bool), T5_SENTINELS), note="no noise at all"),
+            Case((rng.integers(0, 32000, size=length), rolled, T5_SENTINELS),
+                 note="a random mask, rolled: noise may start at the first token")]
 
 
 def _best_span(rng):
-    cases = [Case((np.array([0.0, 0.0, 5.0]), np.array([4.0, 0.0, 0.0]), 3)),  # the best pair has end < start
-             Case((np.array([5.0, 0.0, 0.0, 0.1]), np.array([0.2, 0.1, 0.3, 4.0]), 3)),  # (0, 3) is one too long
-             Case((np.array([1.0, 0.0, 2.0]), np.array([0.5, 3.0, 0.0]), 1)),  # max_answer_len 1: start = end
-             Case((np.array([0.3, 1.0]), np.array([0.2, 0.1]), 5))]  # max_answer_len > T
+    cases = [Case((np.array([0.0, 0.0, 5.0]), np.array([4.0, 0.0, 0.0]), 3),  # the best pair has end < start
+                  note="the largest scores would put the end before the start"),
+             Case((np.array([5.0, 0.0, 0.0, 0.1]), np.array([0.2, 0.1, 0.3, 4.0]), 3),  # (0, 3) is one too long
+                  note="the best-scoring span is one token too long"),
+             Case((np.array([1.0, 0.0, 2.0]), np.array([0.5, 3.0, 0.0]), 1), note="max_answer_len 1"),
+             Case((np.array([0.3, 1.0]), np.array([0.2, 0.1]), 5), note="max_answer_len longer than the sequence")]
     for _ in range(3):
         t = int(rng.integers(5, 61))
         start, end = rng.normal(size=t), rng.normal(size=t)
         question = int(rng.integers(0, t // 2))
         start[:question] = end[:question] = -np.inf  # the question's tokens cannot hold the answer
-        cases.append(Case((start, end, int(rng.integers(1, 21)))))
+        cases.append(Case((start, end, int(rng.integers(1, 21))), note="random scores, question tokens at -inf"))
     return cases
 
 
 def _best_span_ties(rng):
-    cases = [Case((np.array([1.0, 0.0, 1.0]), np.array([0.0, 1.0, 1.0]), 3)),  # (0, 1), (0, 2), (2, 2) tie
-             Case((np.array([2.0, 2.0, 2.0, 2.0]), np.array([1.0, 1.0, 1.0, 1.0]), 2)),
-             Case((np.array([0.0, 2.0]), np.array([2.0, 0.0]), 2)),  # (0, 0) and (1, 1) tie; (1, 0) is not allowed
-             Case((np.array([1.0, 0.0]), np.array([0.0, 2.0]), 1))]  # (0, 1) is one token too long
+    cases = [Case((np.array([1.0, 0.0, 1.0]), np.array([0.0, 1.0, 1.0]), 3),  # (0, 1), (0, 2), (2, 2) tie
+                  note="three spans tie: the tie rule decides"),
+             Case((np.array([2.0, 2.0, 2.0, 2.0]), np.array([1.0, 1.0, 1.0, 1.0]), 2), note="every score equal"),
+             Case((np.array([0.0, 2.0]), np.array([2.0, 0.0]), 2),  # (0, 0) and (1, 1) tie; (1, 0) is not allowed
+                  note="two one-token spans tie, the best pair has the end before the start"),
+             Case((np.array([1.0, 0.0]), np.array([0.0, 2.0]), 1),  # (0, 1) is one token too long
+                  note="max_answer_len 1: the best pair is too long")]
     for _ in range(3):
         t = int(rng.integers(4, 30))
         cases.append(Case((rng.integers(-2, 3, size=t).astype(float), rng.integers(-2, 3, size=t).astype(float),
-                           int(rng.integers(1, 8)))))
+                           int(rng.integers(1, 8))), note="random integer scores: many ties"))
     return cases
 
 

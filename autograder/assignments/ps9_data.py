@@ -117,23 +117,25 @@ def _punctuated(rng, n, apostrophes=True):
 
 def _shingles(rng):
     text = "The cat sat on the mat, and THE CAT sat on the mat again!"
-    return [Case((text, 3)),
-            Case(("one two three four five six", 5)),
-            Case(("a b a b a b", 2)),
-            Case(("Don't stop: 2 go_far, now.", 2)),
-            Case((_punctuated(rng, int(rng.integers(8, 30))), int(rng.integers(2, 7)))),
-            Case((_punctuated(rng, int(rng.integers(8, 30))),)),
-            Case((" ".join(_words(rng, 12, capital=False) * 2), int(rng.integers(1, 4))))]
+    return [Case((text, 3), note="punctuation and capitals, k = 3"),
+            Case(("one two three four five six", 5), note="six words, k = 5"),
+            Case(("a b a b a b", 2), note="repeated shingles"),
+            Case(("Don't stop: 2 go_far, now.", 2), note="an apostrophe, a digit and an underscore"),
+            Case((_punctuated(rng, int(rng.integers(8, 30))), int(rng.integers(2, 7))),
+                 note="random punctuated text, a random k"),
+            Case((_punctuated(rng, int(rng.integers(8, 30))),), note="random punctuated text, the default k"),
+            Case((" ".join(_words(rng, 12, capital=False) * 2), int(rng.integers(1, 4))),
+                 note="a text repeated twice, a small k")]
 
 
 def _shingles_short(rng):
     n = int(rng.integers(3, 8))
-    return [Case(("Hello, World", 5)),
-            Case(("  ... !!  ", 3)),
-            Case(("", 2)),
-            Case((_punctuated(rng, n - 1, apostrophes=False), n)),
-            Case((_punctuated(rng, n, apostrophes=False), n)),
-            Case((_punctuated(rng, int(rng.integers(1, 4)), apostrophes=False),))]
+    return [Case(("Hello, World", 5), note="fewer words than k"),
+            Case(("  ... !!  ", 3), note="punctuation and spaces only"),
+            Case(("", 2), note="an empty text"),
+            Case((_punctuated(rng, n - 1, apostrophes=False), n), note="one word fewer than k"),
+            Case((_punctuated(rng, n, apostrophes=False), n), note="exactly k words"),
+            Case((_punctuated(rng, int(rng.integers(1, 4)), apostrophes=False),), note="a short text, the default k")]
 
 
 def _item_list(rng, n):
@@ -143,13 +145,13 @@ def _item_list(rng, n):
 def _jaccard(rng):
     a = _item_list(rng, int(rng.integers(3, 15)))
     b = _item_list(rng, int(rng.integers(3, 15)))
-    return [Case((["x", "y", "y", "z"], ["y", "z", "w"])),
-            Case(([], [])),
-            Case((["x", "x"], [])),
-            Case((["a", "b"], ["c", "d"])),
-            Case((["a", "b", "c"], ["c", "b", "a", "a"])),
-            Case((a, b)),
-            Case((a + a[:2], a[::-1] + b[:3]))]
+    return [Case((["x", "y", "y", "z"], ["y", "z", "w"]), note="a repeated item"),
+            Case(([], []), note="two empty lists"),
+            Case((["x", "x"], []), note="one empty list"),
+            Case((["a", "b"], ["c", "d"]), note="disjoint lists"),
+            Case((["a", "b", "c"], ["c", "b", "a", "a"]), note="the same items in another order, one repeated"),
+            Case((a, b), note="random lists"),
+            Case((a + a[:2], a[::-1] + b[:3]), note="random lists with repeats")]
 
 
 def _fresh_items(rng, n, tag):
@@ -223,14 +225,18 @@ def _minhash_collisions(rng):
     identical = _fresh_items(rng, 60, "same")
     disjoint = (_fresh_items(rng, 50, "left"), _fresh_items(rng, 70, "right"))
     seeds = [int(s) for s in rng.integers(0, 2**31, COLLISION_PAIRS + 2)]
-    cases = [Case((identical, NUM_PERM, seeds[0])), Case((identical[::-1], NUM_PERM, seeds[0])),
-             Case((disjoint[0], NUM_PERM, seeds[1])), Case((disjoint[1], NUM_PERM, seeds[1]))]
+    cases = [Case((identical, NUM_PERM, seeds[0]), note="a set of 60 items"),
+             Case((identical[::-1], NUM_PERM, seeds[0]), note="the same set reversed, the same seed"),
+             Case((disjoint[0], NUM_PERM, seeds[1]), note="a set of 50 items"),
+             Case((disjoint[1], NUM_PERM, seeds[1]), note="a disjoint set of 70 items, the same seed")]
     for k in range(COLLISION_PAIRS):
         a, b, _ = _pair_with_jaccard(rng, f"k{k}")
-        cases += [Case((a, NUM_PERM, seeds[k + 2])), Case((b, NUM_PERM, seeds[k + 2]))]
+        cases += [Case((a, NUM_PERM, seeds[k + 2]), note="a set of a pair with Jaccard similarity 0.2 to 0.8"),
+                  Case((b, NUM_PERM, seeds[k + 2]), note="the other set of the pair, the same seed")]
     for k, seed in enumerate(rng.integers(0, 2**31, COLLISION_PAIRS)):  # the small unions, after the large ones
         a, b = _small_pair_with_jaccard(rng, f"small{k}")
-        cases += [Case((a, NUM_PERM, int(seed))), Case((b, NUM_PERM, int(seed)))]
+        cases += [Case((a, NUM_PERM, int(seed)), note="a set of a pair with 10 to 20 items in all"),
+                  Case((b, NUM_PERM, int(seed)), note="the other set of the small pair, the same seed")]
     return cases
 
 
@@ -268,7 +274,7 @@ def _verdict_signature(cases, outputs) -> str | None:
     for i, (case, values) in enumerate(zip(cases, outputs)):
         problem = _signature_problem(values, case)
         if problem:
-            return f"hidden case {i + 1} of {len(cases)}, {case.describe('minhash_signature')}: {problem}"
+            return f"{case.label(i, len(cases), 'minhash_signature')}: {problem}"
     first, reordered, other_seed = (v[0] for v in outputs[:3])
     if not np.array_equal(first, reordered):
         return ("the same set (items reversed, some repeated) with the same num_perm and seed gave a different "
@@ -285,7 +291,7 @@ def _verdict_collisions(cases, outputs) -> str | None:
     for i, (case, values) in enumerate(zip(cases, outputs)):
         problem = _signature_problem(values, case)
         if problem:
-            return f"hidden case {i + 1} of {len(cases)}, {case.describe('minhash_signature')}: {problem}"
+            return f"{case.label(i, len(cases), 'minhash_signature')}: {problem}"
     sigs = [v[0] for v in outputs]
     if not np.array_equal(sigs[0], sigs[1]):
         return "two identical sets (in another order) got different signatures under the same seed"
@@ -322,11 +328,11 @@ def _collision_problem(counts, j, what) -> str | None:
 
 def _lsh_probability(rng):
     s = np.linspace(0.0, 1.0, 11)
-    return [Case((s, 20, 5)),
-            Case((np.array([0.5, 0.8]), 2, 3)),
-            Case((np.float64(0.7), 1, 1)),
+    return [Case((s, 20, 5), note="similarities 0 to 1, 20 bands of 5 rows"),
+            Case((np.array([0.5, 0.8]), 2, 3), note="two similarities, 2 bands of 3 rows"),
+            Case((np.float64(0.7), 1, 1), note="a scalar similarity, one band of one row"),
             Case((rng.uniform(0, 1, size=int(rng.integers(3, 10))), int(rng.integers(1, 40)),
-                  int(rng.integers(1, 20))))]
+                  int(rng.integers(1, 20))), note="random similarities, bands and rows")]
 
 
 def _clear_band_case(rng):
@@ -342,8 +348,12 @@ def _clear_band_case(rng):
 
 
 def _choose_bands(rng):
-    return [Case((0.7, 128)), Case((0.5, 32)), Case((0.6, 32)), Case((0.45,), {"num_perm": 128}),
-            Case(_clear_band_case(rng)), Case(_clear_band_case(rng))]
+    return [Case((0.7, 128), note="threshold 0.7, 128 permutations"),
+            Case((0.5, 32), note="threshold 0.5, 32 permutations"),
+            Case((0.6, 32), note="threshold 0.6, 32 permutations"),
+            Case((0.45,), {"num_perm": 128}, note="num_perm passed by name"),
+            Case(_clear_band_case(rng), note="a random threshold and num_perm with a clear optimum"),
+            Case(_clear_band_case(rng), note="a random threshold and num_perm with a clear optimum")]
 
 
 def _plain_sentence(rng, n_words, end):
@@ -370,15 +380,19 @@ def _basic_line(rng):
 
 
 def _c4_line(rng):
-    edge = ["We bake bread every morning here.", 'He said "we bake bread every morning."',
-            "We bake bread every morning here", "We bake bread every morning here...", "Read more about it.",
-            "Read more about it now.", "Please enable JavaScript to view this page.",
-            "Read our Terms of Use before you buy.", "Lorem ipsum dolor sit amet, consectetur.",
-            "The function body is { return x; } here."]
-    cases = [Case((line,)) for line in edge]
-    cases.append(Case(("Read it now.",), {"min_words_per_line": 3}))
-    cases += [Case((_basic_line(rng),)) for _ in range(8)]
-    cases.append(Case((_plain_sentence(rng, 4, "."), 4)))
+    edge = [("We bake bread every morning here.", "a plain sentence"),
+            ('He said "we bake bread every morning."', "a quotation mark after the period"),
+            ("We bake bread every morning here", "no terminal punctuation"),
+            ("We bake bread every morning here...", "an ellipsis at the end"),
+            ("Read more about it.", "four words"), ("Read more about it now.", "five words"),
+            ("Please enable JavaScript to view this page.", "the word JavaScript"),
+            ("Read our Terms of Use before you buy.", "a policy phrase in capitals"),
+            ("Lorem ipsum dolor sit amet, consectetur.", "lorem ipsum"),
+            ("The function body is { return x; } here.", "a curly bracket")]
+    cases = [Case((line,), note=note) for line, note in edge]
+    cases.append(Case(("Read it now.",), {"min_words_per_line": 3}, note="three words, min_words_per_line=3"))
+    cases += [Case((_basic_line(rng),), note="a random line with at most one defect") for _ in range(8)]
+    cases.append(Case((_plain_sentence(rng, 4, "."), 4), note="four words, min_words_per_line passed by position"))
     return cases
 
 
@@ -396,12 +410,19 @@ def _cleaning_line(rng):
 
 
 def _c4_line_cleaning(rng):
-    edge = ["The battle ended in 1815 with a treaty.[1]", "The battle ended in 1815 with a treaty[1]",
-            "The line ends with a citation. [citation needed]", "   We bake bread every morning here.   ",
-            "Too  few  words  here.", "Enable javascript to accept our cookie policy.",
-            "Lorem ipsum: please enable javascript to continue.", "Please enable javascript { to continue.",
-            "Enable JavaScript", "We bake " + "x" * 1001 + " bread every day."]
-    return [Case((line,)) for line in edge] + [Case((_cleaning_line(rng),)) for _ in range(8)]
+    edge = [("The battle ended in 1815 with a treaty.[1]", "a citation marker after the period"),
+            ("The battle ended in 1815 with a treaty[1]", "a citation marker and no period"),
+            ("The line ends with a citation. [citation needed]", "[citation needed] after the period"),
+            ("   We bake bread every morning here.   ", "spaces around the line"),
+            ("Too  few  words  here.", "four words with double spaces"),
+            ("Enable javascript to accept our cookie policy.", "javascript and a policy phrase"),
+            ("Lorem ipsum: please enable javascript to continue.", "lorem ipsum and javascript"),
+            ("Please enable javascript { to continue.", "javascript and a curly bracket"),
+            ("Enable JavaScript", "two words, no period"),
+            ("We bake " + "x" * 1001 + " bread every day.", "a word of 1001 characters")]
+    return ([Case((line,), note=note) for line, note in edge]
+            + [Case((_cleaning_line(rng),), note="a random line with citations and extra whitespace")
+               for _ in range(8)])
 
 
 # --- personal information -----------------------------------------------------------------------------------
@@ -457,7 +478,9 @@ def _pii_email_ip(rng):
             "Blocked 203.0.113.45 and 10.0.0.1.", "Either a.b@example.com or A.B@EXAMPLE.COM, from 192.168.1.255",
             "No personal data in this sentence.",
             "Not addresses: 999.10.1.1, 10.0.2.300, 010.1.1.1, 1.2.3.4.5 and x1.2.3.4 stay."]
-    return ([Case((t,), note="an example of the text") for t in edge[:5]]
+    notes = ["an e-mail address with + and a subdomain", "an e-mail address before a final period",
+             "two IPv4 addresses", "e-mail addresses in both cases and an IPv4 address", "no personal data"]
+    return ([Case((t,), note=note) for t, note in zip(edge, notes)]
             + [Case((edge[5],), note="dotted numbers that are not IPv4 addresses")]
             + [Case((email_ip_text(rng)[0],), note="new addresses in a sentence") for _ in range(6)]
             + [Case((not_ipv4_text(rng),), note="dotted numbers that are not IPv4 addresses") for _ in range(3)])
@@ -488,9 +511,14 @@ def phone_text(rng) -> tuple[str, str]:
 
 
 def _pii_phone(rng):
-    edge = ["Call (555) 123-4567 now.", "Phone: 555-867-5309, fax: 555.867.5310.", "London: +44 20 7946 0958.",
-            "Berlin +49 30 12345678 or +1 (555) 014-2233.", "Mobile +91-98765-43210", "Reach us on 1-555-010-4477."]
-    return [Case((t,)) for t in edge] + [Case((phone_text(rng)[0],)) for _ in range(6)]
+    edge = [("Call (555) 123-4567 now.", "a US number, area code in brackets"),
+            ("Phone: 555-867-5309, fax: 555.867.5310.", "US numbers with dashes and with dots"),
+            ("London: +44 20 7946 0958.", "a UK number"),
+            ("Berlin +49 30 12345678 or +1 (555) 014-2233.", "a German number and a US one with +1"),
+            ("Mobile +91-98765-43210", "an Indian number at the end of the text"),
+            ("Reach us on 1-555-010-4477.", "a US number with a leading 1-")]
+    return ([Case((t,), note=note) for t, note in edge]
+            + [Case((phone_text(rng)[0],), note="new phone numbers in a sentence") for _ in range(6)])
 
 
 def ordinary_text(rng) -> str:
@@ -516,11 +544,15 @@ def ordinary_text(rng) -> str:
 
 
 def _pii_numbers(rng):
-    edge = ["The company was founded in 1998 and moved in 2004.", "Prices start at $1,299.99 and go up to $2,450.",
-            "Python 3.11.2 fixed the bug reported in 3.10.4.", "The meeting is on 2023-05-14 at 14:30.",
-            "ISBN 978-3-16-148410-0, 2nd edition.", "Order number 4481920375 has shipped.",
-            "Population: 1,234,567 (census of 2011)."]
-    return [Case((t,)) for t in edge] + [Case((ordinary_text(rng),)) for _ in range(6)]
+    edge = [("The company was founded in 1998 and moved in 2004.", "years"),
+            ("Prices start at $1,299.99 and go up to $2,450.", "prices"),
+            ("Python 3.11.2 fixed the bug reported in 3.10.4.", "version numbers"),
+            ("The meeting is on 2023-05-14 at 14:30.", "a date and a time"),
+            ("ISBN 978-3-16-148410-0, 2nd edition.", "an ISBN"),
+            ("Order number 4481920375 has shipped.", "a ten-digit order number"),
+            ("Population: 1,234,567 (census of 2011).", "a number with thousands separators")]
+    return ([Case((t,), note=note) for t, note in edge]
+            + [Case((ordinary_text(rng),), note="ordinary numbers in a sentence") for _ in range(6)])
 
 
 CHECKS = {
