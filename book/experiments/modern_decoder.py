@@ -39,6 +39,7 @@ Writes, under ``book/data/`` next to this script's folder:
 from __future__ import annotations
 
 import argparse
+import csv
 import json
 import time
 from concurrent.futures import ProcessPoolExecutor
@@ -61,7 +62,10 @@ TRAIN_TOKENS, HELDOUT_TOKENS = 1_000_000, 100_000
 EVAL_TOKENS = 16_384  # held-out tokens the ablation scores (256 windows of 64)
 TRAIN_SEED, EVAL_SEED, MODEL_SEEDS = 0, 1, (0, 1, 2, 3, 4)
 # Part 1: every variant at every learning rate, a budget that leaves headroom, scored early and at the end.
-LRS = (3e-3, 1e-2, 3e-2)
+# A variant whose best rate is at an edge of LRS also gets the next rate of LR_LADDER beyond it (at most
+# MAX_EXTENSIONS more), so that every variant's best rate is bracketed.
+LR_LADDER = (3e-4, 1e-3, 3e-3, 1e-2, 3e-2, 1e-1, 3e-1)
+LRS, MAX_EXTENSIONS = LR_LADDER[2:5], 2
 STEPS, EARLY, WARMUP, BATCH_SIZE = 150, 50, 15, 32
 
 GPT2_LIKE = GPTConfig(vocab_size=36, context_length=CONTEXT, d_model=D_MODEL, n_layers=N_LAYERS, n_heads=N_HEADS,
@@ -169,29 +173,80 @@ def context_runs(seed: int) -> tuple[list[tuple], dict]:
     return rows, seconds
 
 
+def best_lr(rows: list[tuple], name: str) -> float:
+    """The learning rate with the lowest mean final loss of ``name`` over the seeds, in ablation rows."""
+    finals: dict[float, list[float]] = {}
+    for variant, lr, _, _, step, loss, _ in rows:
+        if variant == name and int(step) == STEPS:
+            finals.setdefault(float(lr), []).append(float(loss))
+    return min(finals, key=lambda lr: sum(finals[lr]) / len(finals[lr]))
+
+
+def bracketing_lrs(rows: list[tuple]) -> list[tuple[str, float]]:
+    """(variant, learning rate) pairs still to run so that each variant's best rate is not at the edge of
+    the rates it was trained at (within ``MAX_EXTENSIONS`` extra rates of ``LR_LADDER``)."""
+    todo = []
+    for name, *_ in VARIANTS:
+        tried = sorted({float(row[1]) for row in rows if row[0] == name})
+        best = best_lr(rows, name)
+        if len(tried) - len(LRS) >= MAX_EXTENSIONS:
+            continue
+        i = LR_LADDER.index(best)
+        if best == tried[0] and i > 0:
+            todo.append((name, LR_LADDER[i - 1]))
+        elif best == tried[-1] and i + 1 < len(LR_LADDER):
+            todo.append((name, LR_LADDER[i + 1]))
+    return todo
+
+
+def read_rows(path: Path) -> list[tuple]:
+    """A CSV written by a previous run, as tuples of strings (the header dropped); none if it is absent."""
+    if not path.exists():
+        return []
+    with path.open(newline="") as f:
+        return [tuple(row) for row in csv.reader(f)][1:]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--jobs", type=int, default=1, help="one-thread worker processes (default 1)")
+    parser.add_argument("--resume", action="store_true",
+                        help="keep the runs already in book/data's CSVs and run only the missing ones (the runs "
+                             "are deterministic, so the files equal those of a full run on the same machine)")
     args = parser.parse_args()
     start = time.perf_counter()
     DATA_DIR.mkdir(parents=True, exist_ok=True)
+    ablation_csv, context_csv = DATA_DIR / "modern_decoder_ablation.csv", DATA_DIR / "modern_decoder_context.csv"
+    ablation_rows = read_rows(ablation_csv) if args.resume else []
+    context_rows = read_rows(context_csv) if args.resume else []
+    old_summary = json.loads((DATA_DIR / "modern_decoder.json").read_text()) if args.resume else {}
+    context_seconds = {int(seed): cpu for seed, cpu in old_summary.get("extension_cpu_seconds", {}).items()}
+    done = {(row[0], float(row[1]), int(row[2])) for row in ablation_rows}
     jobs = [(name, lr, seed) for seed in MODEL_SEEDS for name, *_ in VARIANTS for lr in LRS]
     with ProcessPoolExecutor(max_workers=args.jobs) as pool:
-        context = [pool.submit(context_runs, seed) for seed in MODEL_SEEDS]
-        ablation = [pool.submit(ablation_run, *job) for job in jobs]
-        ablation_rows = [row for future in ablation for row in future.result()]
-        context_results = [future.result() for future in context]
-    write_csv(DATA_DIR / "modern_decoder_ablation.csv",
-              ["variant", "lr", "seed", "n_parameters", "step", "eval_loss", "train_seconds"], ablation_rows)
-    write_csv(DATA_DIR / "modern_decoder_context.csv",
-              ["rule", "ft_length", "seed", "eval_length", "nll_last", "nll_all"],
-              [row for rows, _ in context_results for row in rows])
+        context = {seed: pool.submit(context_runs, seed) for seed in MODEL_SEEDS
+                   if not any(int(row[2]) == seed for row in context_rows)}
+        while jobs:
+            futures = [pool.submit(ablation_run, *job) for job in jobs if job not in done]
+            ablation_rows += [row for future in futures for row in future.result()]
+            done.update(jobs)
+            jobs = [(name, lr, seed) for name, lr in bracketing_lrs(ablation_rows) for seed in MODEL_SEEDS]
+        for seed, future in context.items():
+            rows, context_seconds[seed] = future.result()
+            context_rows += rows
+    order = {name: i for i, (name, *_) in enumerate(VARIANTS)}
+    ablation_rows.sort(key=lambda row: (int(row[2]), order[row[0]], float(row[1]), int(row[4])))
+    context_rows.sort(key=lambda row: int(row[2]))  # stable: each seed's rows keep their order
+    write_csv(ablation_csv, ["variant", "lr", "seed", "n_parameters", "step", "eval_loss", "train_seconds"],
+              ablation_rows)
+    write_csv(context_csv, ["rule", "ft_length", "seed", "eval_length", "nll_last", "nll_all"], context_rows)
 
     configs = variant_configs()
     summary = {
         "variants": [{"name": name, "change": change, "parent": parent, "config": asdict(configs[name])}
                      for name, change, parent, _ in VARIANTS],
-        "lrs": list(LRS), "steps": STEPS, "early": EARLY, "warmup": WARMUP, "batch_size": BATCH_SIZE,
+        "lrs": list(LRS), "lr_ladder": list(LR_LADDER), "max_extensions": MAX_EXTENSIONS,
+        "best_lr": {name: best_lr(ablation_rows, name) for name, *_ in VARIANTS}, "steps": STEPS, "early": EARLY, "warmup": WARMUP, "batch_size": BATCH_SIZE,
         "train_tokens_in_corpus": TRAIN_TOKENS, "eval_tokens_scored": EVAL_TOKENS,
         "seeds": {"train_data": TRAIN_SEED, "eval_data": EVAL_SEED, "models": list(MODEL_SEEDS)},
         "entropy_rate": default_grammar().entropy_rate(),
@@ -199,9 +254,9 @@ def main() -> None:
                       "rules": EXTENSION_RULES, "eval_lengths": list(EVAL_LENGTHS), "ft_length": FT_LENGTH,
                       "ft_steps": FT_STEPS, "ft_batch": FT_BATCH, "control_ft_batch": CONTROL_FT_BATCH,
                       "ft_lr": FT_LR, "ft_warmup": FT_WARMUP},
-        "extension_cpu_seconds": {seed: seconds for seed, (_, seconds) in zip(MODEL_SEEDS, context_results)},
-        "ablation_cpu_seconds": round(sum(float(row[-1]) for row in ablation_rows if row[4] == STEPS), 1),
-        "jobs": args.jobs,
+        "extension_cpu_seconds": {seed: context_seconds[seed] for seed in MODEL_SEEDS},
+        "ablation_cpu_seconds": round(sum(float(row[-1]) for row in ablation_rows if int(row[4]) == STEPS), 1),
+        "jobs": args.jobs, "resumed": args.resume,  # total_seconds: this invocation only
         "total_seconds": round(time.perf_counter() - start, 1),
     }
     (DATA_DIR / "modern_decoder.json").write_text(json.dumps(summary, indent=2) + "\n")
