@@ -1,4 +1,4 @@
-"""Tests of autograder/sandbox.py: each hostile behaviour a submission may show, run as a small Python
+"""Tests of autograder/sandbox/: each hostile behaviour a submission may show, run as a small Python
 program in the sandbox, and the outcome the grader relies on. Folders come from tmp_path.
 
 Some tests need a capability of the machine (root, a cgroup controller) and skip with the reason
@@ -38,7 +38,7 @@ needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs a grader runnin
 
 def cgroup_mechanism(controller: str) -> str | None:
     """How this machine would enforce `controller` for a run ("cgroup v1", "cgroup v2"), or None."""
-    cgroups = sandbox._RunCgroups.create(Limits())
+    cgroups = sandbox.cgroups._RunCgroups.create(Limits())
     try:
         return cgroups.mechanism(controller)
     finally:
@@ -74,14 +74,14 @@ def created_cgroups(monkeypatch) -> list[Path]:
     """The cgroup directories this test's runs create (other graders may be running concurrently)."""
     created: list[Path] = []
 
-    create = sandbox._RunCgroups.create
+    create = sandbox.cgroups._RunCgroups.create
 
     def recording_create(limits):
         cgroups = create(limits)
         created.extend(set(cgroups.dirs.values()))
         return cgroups
 
-    monkeypatch.setattr(sandbox._RunCgroups, "create", recording_create)
+    monkeypatch.setattr(sandbox.cgroups._RunCgroups, "create", recording_create)
     return created
 
 
@@ -89,7 +89,7 @@ def created_cgroups(monkeypatch) -> list[Path]:
 def without_cgroups(monkeypatch):
     """Force the fallback of a machine where the grader may not create cgroups (in this process only; see
     test_fallback_without_cgroups_contains_bombs_beside_an_honest_run for the real thing)."""
-    monkeypatch.setattr(sandbox._RunCgroups, "create", lambda limits: sandbox._RunCgroups({}))
+    monkeypatch.setattr(sandbox.cgroups._RunCgroups, "create", lambda limits: sandbox.cgroups._RunCgroups({}))
 
 
 # ------------------------------------------------------------------------------------------------
@@ -98,7 +98,7 @@ def without_cgroups(monkeypatch):
 
 
 def test_missing_bubblewrap_raises_with_actionable_message(monkeypatch, tmp_path):
-    monkeypatch.setattr(sandbox, "_find_bwrap", lambda: None)
+    monkeypatch.setattr(sandbox.run, "_find_bwrap", lambda: None)
     assert not bubblewrap_available()
     with pytest.raises(SandboxUnavailable) as error:
         run_sandboxed([PYTHON, "-c", "pass"], tmp_path)
@@ -107,7 +107,7 @@ def test_missing_bubblewrap_raises_with_actionable_message(monkeypatch, tmp_path
 
 
 def test_unsafe_mode_runs_directly_with_limits_and_wall_clock(monkeypatch, tmp_path):
-    monkeypatch.setattr(sandbox, "_find_bwrap", lambda: None)  # works without bubblewrap
+    monkeypatch.setattr(sandbox.run, "_find_bwrap", lambda: None)  # works without bubblewrap
     script = tmp_path / "script.py"
     script.write_text("import os, resource, sys\n"
                       "print(os.getcwd(), os.environ['HOME'], resource.getrlimit(resource.RLIMIT_FSIZE)[0])\n")
@@ -132,7 +132,7 @@ def test_unsafe_mode_runs_directly_with_limits_and_wall_clock(monkeypatch, tmp_p
 def test_bounded_capture_keeps_head_and_tail():
     read_end, write_end = os.pipe()
     with os.fdopen(read_end, "rb") as pipe:
-        capture = sandbox._BoundedCapture(pipe, "stdout", limit=10)
+        capture = sandbox.monitor._BoundedCapture(pipe, "stdout", limit=10)
         capture.start()
         for piece in (b"0123", b"456789ab", b"cdef"):
             os.write(write_end, piece)
@@ -144,10 +144,10 @@ def test_bounded_capture_keeps_head_and_tail():
 
 
 def test_decode_status():
-    assert sandbox._decode_status(0, sandboxed=True) == (0, None)
-    assert sandbox._decode_status(139, sandboxed=True) == (-11, 11)  # bwrap: 128 + SIGSEGV
-    assert sandbox._decode_status(-11, sandboxed=False) == (-11, 11)  # Popen convention
-    assert sandbox._decode_status(139, sandboxed=False) == (139, None)
+    assert sandbox.run._decode_status(0, sandboxed=True) == (0, None)
+    assert sandbox.run._decode_status(139, sandboxed=True) == (-11, 11)  # bwrap: 128 + SIGSEGV
+    assert sandbox.run._decode_status(-11, sandboxed=False) == (-11, 11)  # Popen convention
+    assert sandbox.run._decode_status(139, sandboxed=False) == (139, None)
 
 
 def test_result_statuses_come_from_the_parents_observations():
@@ -191,7 +191,7 @@ HYBRID_MOUNTINFO = """\
 
 
 def test_locate_cgroups_of_a_hybrid_host():
-    v1, v2 = sandbox._locate_cgroups(HYBRID_MOUNTINFO, "9:name=systemd:/\n8:pids:/grader\n4:memory:/a/b\n"
+    v1, v2 = sandbox.cgroups._locate_cgroups(HYBRID_MOUNTINFO, "9:name=systemd:/\n8:pids:/grader\n4:memory:/a/b\n"
                                                        "2:cpu,cpuacct:/\n0::/user.slice\n")
     assert v1 == {"memory": Path("/sys/fs/cgroup/memory/a/b"), "pids": Path("/sys/fs/cgroup/pids/grader"),
                   "cpu": Path("/sys/fs/cgroup/cpu,cpuacct"), "cpuacct": Path("/sys/fs/cgroup/cpu,cpuacct")}
@@ -202,13 +202,14 @@ def test_locate_cgroups_v2_in_a_container_and_after_moving_into_the_leaf():
     # A container sees its own sub-tree mounted at /sys/fs/cgroup (mountinfo root "/docker/c1"), and a
     # path with a space, which mountinfo escapes.
     mountinfo = "50 40 0:30 /docker/c1 /sys/fs/my\\040cgroup rw,nosuid - cgroup2 cgroup2 rw,nsdelegate\n"
-    assert sandbox._locate_cgroups(mountinfo, "0::/docker/c1\n") == ({}, Path("/sys/fs/my cgroup"))
-    assert sandbox._locate_cgroups(mountinfo, "0::/docker/c1/svc\n") == ({}, Path("/sys/fs/my cgroup/svc"))
+    assert sandbox.cgroups._locate_cgroups(mountinfo, "0::/docker/c1\n") == ({}, Path("/sys/fs/my cgroup"))
+    assert sandbox.cgroups._locate_cgroups(mountinfo, "0::/docker/c1/svc\n") == ({}, Path("/sys/fs/my cgroup/svc"))
     # An earlier run moved the grader into the leaf: runs still go into the leaf's parent.
-    assert sandbox._locate_cgroups(mountinfo, f"0::/docker/c1/{sandbox._V2_LEAF}\n") == ({}, Path("/sys/fs/my cgroup"))
+    in_leaf = f"0::/docker/c1/{sandbox.cgroups._V2_LEAF}\n"
+    assert sandbox.cgroups._locate_cgroups(mountinfo, in_leaf) == ({}, Path("/sys/fs/my cgroup"))
     # A cgroup outside the mounted sub-tree cannot be reached.
-    assert sandbox._locate_cgroups(mountinfo, "0::/other\n") == ({}, None)
-    assert sandbox._locate_cgroups("", "") == ({}, None)
+    assert sandbox.cgroups._locate_cgroups(mountinfo, "0::/other\n") == ({}, None)
+    assert sandbox.cgroups._locate_cgroups("", "") == ({}, None)
 
 
 def test_cgroup_counters_v1_and_v2_from_files(tmp_path):
@@ -220,16 +221,16 @@ def test_cgroup_counters_v1_and_v2_from_files(tmp_path):
     (v2 / "memory.events").write_text("low 0\nhigh 0\nmax 12\noom 1\noom_kill 1\noom_group_kill 0\n")
     (v2 / "cpu.stat").write_text("usage_usec 2500000\nuser_usec 2000000\nsystem_usec 500000\n")
 
-    first = sandbox._RunCgroups({"memory": v1, "cpuacct": v1})
+    first = sandbox.cgroups._RunCgroups({"memory": v1, "cpuacct": v1})
     assert not first.oom_killed() and first.cpu_seconds() == 1.5
     assert first.mechanism("memory") == "cgroup v1" and first.mechanism("pids") is None
     (v1 / "memory.oom_control").write_text("oom_kill_disable 0\nunder_oom 0\noom_kill 2\n")
     assert first.oom_killed()
 
-    second = sandbox._RunCgroups({"memory": v2, "pids": v2, "cpu": v2, "cpuacct": v2}, v2=v2)
+    second = sandbox.cgroups._RunCgroups({"memory": v2, "pids": v2, "cpu": v2, "cpuacct": v2}, v2=v2)
     assert second.oom_killed() and second.cpu_seconds() == 2.5
     assert second.mechanism("cpu") == "cgroup v2" and second.procs_files() == [str(v2 / "cgroup.procs")]
-    assert sandbox._RunCgroups({}).cpu_seconds() is None and not sandbox._RunCgroups({}).oom_killed()
+    assert sandbox.cgroups._RunCgroups({}).cpu_seconds() is None and not sandbox.cgroups._RunCgroups({}).oom_killed()
 
 
 def test_cgroup_v2_delegation_against_an_imitated_kernel(tmp_path, monkeypatch):
@@ -245,7 +246,7 @@ def test_cgroup_v2_delegation_against_an_imitated_kernel(tmp_path, monkeypatch):
     own = {"path": "/grader.service"}
     files = {"/proc/self/mountinfo": f"50 40 0:30 / {mount} rw - cgroup2 cgroup2 rw\n",
              "/proc/self/cgroup": lambda: f"0::{own['path']}\n"}
-    read_text, write_text = sandbox._read_text, Path.write_text
+    read_text, write_text = sandbox.cgroups._read_text, Path.write_text
 
     def kernel_read(path):
         text = files.get(str(path))
@@ -264,12 +265,12 @@ def test_cgroup_v2_delegation_against_an_imitated_kernel(tmp_path, monkeypatch):
             return write_text(path, f"{read_text(path)}{text}\n")
         return write_text(path, text, *args, **kwargs)
 
-    monkeypatch.setattr(sandbox, "_read_text", kernel_read)
+    monkeypatch.setattr(sandbox.cgroups, "_read_text", kernel_read)
     monkeypatch.setattr(Path, "write_text", kernel_write)
     limits = Limits(memory_mb=256, max_processes=10, cpus=0.5)
 
-    first = sandbox._RunCgroups.create(limits)
-    leaf = grader / sandbox._V2_LEAF
+    first = sandbox.cgroups._RunCgroups.create(limits)
+    leaf = grader / sandbox.cgroups._V2_LEAF
     assert (grader / "cgroup.procs").read_text() == "" and leaf.joinpath("cgroup.procs").read_text().split() == ["100", "101"]
     assert set((grader / "cgroup.subtree_control").read_text().split()) == {"memory", "pids"}
     assert first.v2.parent == grader and first.procs_files() == [str(first.v2 / "cgroup.procs")]
@@ -277,14 +278,14 @@ def test_cgroup_v2_delegation_against_an_imitated_kernel(tmp_path, monkeypatch):
     assert {c: first.mechanism(c) for c in ("memory", "pids", "cpu", "cpuacct")} == {
         "memory": "cgroup v2", "pids": "cgroup v2", "cpu": None, "cpuacct": "cgroup v2"}  # usage: cpu.stat
 
-    own["path"] = f"/grader.service/{sandbox._V2_LEAF}"  # later runs start from inside the leaf
-    second = sandbox._RunCgroups.create(limits)
-    assert second.v2.parent == grader and second.v2 != first.v2 and not (leaf / sandbox._V2_LEAF).exists()
+    own["path"] = f"/grader.service/{sandbox.cgroups._V2_LEAF}"  # later runs start from inside the leaf
+    second = sandbox.cgroups._RunCgroups.create(limits)
+    assert second.v2.parent == grader and second.v2 != first.v2 and not (leaf / sandbox.cgroups._V2_LEAF).exists()
 
 
 def test_heartbeat_keeps_the_last_complete_line():
     read_end, write_end = os.pipe()
-    heartbeat = sandbox._Heartbeat(read_end, now=0.0)
+    heartbeat = sandbox.monitor._Heartbeat(read_end, now=0.0)
     try:
         heartbeat.poll()
         assert heartbeat.last_line is None and heartbeat.last_time == 0.0
@@ -349,7 +350,7 @@ def test_remove_tree_removes_any_tree_and_follows_no_link(scratch):
     tree = scratch / "tree"
     tree.mkdir()
     make_nasty_tree(tree, outside)
-    sandbox._remove_tree(tree)
+    sandbox.removal._remove_tree(tree)
     assert not tree.exists() and os.listdir(scratch) == ["outside"]
     assert (outside / "keep.txt").read_text() == "not the submission's"
 
@@ -399,7 +400,7 @@ def test_a_tree_built_by_the_sandbox_is_removed(scratch):
     work.mkdir()
     result = run_python(nasty_tree_code("/submission"), work, ro_binds={keep: "/grader/keep"})
     assert result.stdout == "built\n", result.stderr[-2000:]
-    sandbox._remove_tree(work)
+    sandbox.removal._remove_tree(work)
     assert not work.exists() and keep.read_text() == "grader's file"
 
     parent = scratch / "folders"
@@ -414,7 +415,7 @@ def test_a_tree_built_by_the_sandbox_is_removed(scratch):
 @needs_bwrap
 def test_remove_tree_as_an_ordinary_user(scratch):
     """Without root's permission override the remover must open up mode 000 directories itself. Inside
-    the sandbox the code runs as an ordinary user, so the remover runs there, from a copy of sandbox.py."""
+    the sandbox the code runs as an ordinary user, so the remover runs there, from a copy of removal.py."""
     keep = scratch / "keep"
     keep.write_text("grader's file")
     keep.chmod(0o644)
@@ -428,7 +429,7 @@ def test_remove_tree_as_an_ordinary_user(scratch):
         assert os.geteuid() != 0
         remover._remove_tree(Path("/submission/tree"))
         print(os.listdir("/submission"))
-    """), work, ro_binds={keep: "/grader/keep", Path(sandbox.__file__): "/grader/remover.py"})
+    """), work, ro_binds={keep: "/grader/keep", Path(sandbox.removal.__file__): "/grader/remover.py"})
     assert result.stdout == "built\n[]\n", result.stderr[-2000:]
     assert keep.read_text() == "grader's file"
 
@@ -981,7 +982,7 @@ def run(job):
 
 if __name__ == "__main__":
     mountinfo, proc_cgroup = Path("/proc/self/mountinfo").read_text(), Path("/proc/self/cgroup").read_text()
-    if sandbox._locate_cgroups(mountinfo, proc_cgroup) != ({}, None):
+    if sandbox.cgroups._locate_cgroups(mountinfo, proc_cgroup) != ({}, None):
         sys.exit(77)  # cgroups are mounted somewhere we did not hide
     jobs = json.loads(sys.argv[1])
     with ProcessPoolExecutor(len(jobs), mp_context=multiprocessing.get_context("spawn")) as pool:
@@ -1046,6 +1047,7 @@ def test_fallback_without_cgroups_contains_bombs_beside_an_honest_run(tmp_path):
 
 
 def test_launcher_failure_raises_sandbox_error(monkeypatch, tmp_path):
-    monkeypatch.setattr(sandbox._RunCgroups, "procs_files", lambda self: [str(tmp_path / "no" / "cgroup.procs")])
+    monkeypatch.setattr(sandbox.cgroups._RunCgroups, "procs_files",
+                        lambda self: [str(tmp_path / "no" / "cgroup.procs")])
     with pytest.raises(sandbox.SandboxError, match="could not start the sandbox"):
         run_sandboxed([PYTHON, "-c", "pass"], tmp_path, FAST, unsafe_no_sandbox=True)
