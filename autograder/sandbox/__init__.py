@@ -142,4 +142,13 @@ __all__ = [
     "run_sandboxed",
     "read_result_file",
     "work_folder",
+    "sweep_leftovers",
+    "STALE_FOLDER_SECONDS",
+    "STALE_CGROUP_SECONDS",
+    "SANDBOX_DIR",
+    "SANDBOX_UID",
+    "SLOT_UID_BASE",
+    "SLOT_DIR",
+    "MAX_SLOTS",
+    "MB",
 ]
