@@ -4,7 +4,7 @@ Book: Pretraining objectives, "Experiments", "What T5's encoder learned". Regene
 ``nice .venv/bin/python book/experiments/t5_diagnostics.py`` after ``pretraining_objectives.py`` (one thread,
 about 5 CPU-minutes; also run by ``make experiments``). It retrains the ``t5`` variant of
 ``pretraining_objectives.py`` with the same corpus, budget, learning rate (the one its sweep chose, read from
-``pretraining_objectives.json``) and the first ``N_SEEDS`` seeds (the runs are not bit-reproducible across
+``pretraining_objectives_sweep.csv``) and the first ``N_SEEDS`` seeds (the runs are not bit-reproducible across
 machines, so a seed may end a little off its committed loss), keeps a randomly initialised encoder-decoder per
 seed as the control, and measures:
 
@@ -23,7 +23,6 @@ measure, layer, value.
 
 from __future__ import annotations
 
-import json
 import time
 
 import numpy as np
@@ -34,8 +33,8 @@ from llmarch.data import default_grammar
 from llmarch.model import shift_right
 from llmarch.objectives import t5_span_corruption
 from pretraining_objectives import (BUDGET_CLM_STEPS, DATA_DIR, HELDOUT_DOCS, HELDOUT_SEED, MODEL_SEEDS, T5_WORDS,
-                                    TASK_SEED, TRAIN_DOCS, TRAIN_SEED, CausalLM, SpanCorruption, flops_per_step,
-                                    pretrain)
+                                    TASK_SEED, TRAIN_DOCS, TRAIN_SEED, CausalLM, SpanCorruption, chosen_lrs,
+                                    flops_per_step, pretrain)
 from pretraining_tasks import (CLS, IGNORE, SENTINELS, VOCAB, WINDOW, accuracy, build_tasks, fit_logistic_regression,
                                sample_corpus)
 from tiny_gpt import write_csv
@@ -115,7 +114,7 @@ def main() -> None:
     heldout = np.concatenate(heldout_docs)
     tagging = build_tasks(grammar, heldout, np.random.default_rng(TASK_SEED))["tagging"]
     span_windows = torch.as_tensor(heldout[: N_SPAN_EVAL * T5_WORDS].reshape(N_SPAN_EVAL, T5_WORDS))
-    lr = json.loads((DATA_DIR / "pretraining_objectives.json").read_text())["lr"]["t5"]
+    lr = chosen_lrs()["t5"]
     torch.manual_seed(0)
     steps = round(BUDGET_CLM_STEPS * flops_per_step(CausalLM(data)) / flops_per_step(SpanCorruption(data)))
     rows = []
