@@ -2,10 +2,10 @@
 
 Book: Pretraining objectives, "Experiments". Regenerate the files with ``make experiments`` (or
 ``nice .venv/bin/python book/experiments/pretraining_objectives.py --jobs 2``: two one-thread worker
-processes, about 50 CPU-minutes in all; the sweep about 10 of them). Everything is seeded, and a rerun on the same machine and thread
-count reproduces the losses. Across machines the runs are not bit-reproducible (reductions run in another
-order), and a single run can end as far from its committed value as the spread between seeds (a rerun of one
-T5 seed elsewhere once ended 0.11 nats off). Compare means over seeds, not single runs.
+processes, about 45 CPU-minutes in all, the sweep 9 of them). Everything is seeded, and a rerun on the same
+machine and thread count reproduces the losses. Across machines the runs are not bit-reproducible
+(reductions run in another order), and a single run can end as far from its committed value as the spread
+between seeds (a rerun of one T5 seed elsewhere once ended 0.11 nats off). Compare means over seeds.
 
 Corpus and tasks: :mod:`pretraining_tasks`. Every encoder is pre-LN (``x + SubLayer(LN(x))``, a final LN);
 the post-LN BERT encoder of :mod:`llmarch.model` is kept as a control (``mlm_postln``). Width 64, 4 heads,
