@@ -2,7 +2,7 @@
 
 Book: Pretraining objectives, "Experiments", "What T5's encoder learned". Regenerate with
 ``nice .venv/bin/python book/experiments/t5_diagnostics.py`` after ``pretraining_objectives.py`` (one thread,
-about 5 CPU-minutes; also run by ``make experiments``). It retrains the ``t5`` variant of
+about 3 CPU-minutes; also run by ``make experiments``). It retrains the ``t5`` variant of
 ``pretraining_objectives.py`` with the same corpus, budget, learning rate (the one its sweep chose, read from
 ``pretraining_objectives_sweep.csv``) and the first ``N_SEEDS`` seeds (the runs are not bit-reproducible across
 machines, so a seed may end a little off its committed loss), keeps a randomly initialised encoder-decoder per
