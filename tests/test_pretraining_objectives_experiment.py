@@ -1,4 +1,6 @@
-"""The helpers of book/experiments/pretraining_objectives.py (read by book/pretraining-objectives.md), and the
+"""The helpers of book/experiments/pretraining_objectives.py and pretraining_tasks.py (read by
+book/pretraining-objectives.md), the fairer design of the experiment (pre-LN encoders, ELECTRA's shared
+embeddings, T5's full-length sources, the learning-rate choice), and the
 consistency of its committed results. Regenerate the results with `make experiments`.
 
 The references are independent of the script: grammar labels are checked against a brute-force walk of the
@@ -22,6 +24,7 @@ from llmarch.data import default_grammar
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "book" / "experiments"))
 po = pytest.importorskip("pretraining_objectives")
+pt = pytest.importorskip("pretraining_tasks")
 
 GRAMMAR = default_grammar()
 STATES = list(GRAMMAR.rules)
@@ -60,11 +63,11 @@ def sample_windows(n, length, seed):
 def test_emitting_states_match_a_brute_force_walk():
     windows = sample_windows(40, 12, seed=3)
     rng = np.random.default_rng(0)
-    edited = po.random_edit(windows, GRAMMAR.vocab_size, rng)
+    edited = pt.random_edit(windows, GRAMMAR.vocab_size, rng)
     possible = [w for w in edited if walk_any(GRAMMAR.decode(w))]
     for window in list(windows) + possible:
         expected = brute_force_emitters(GRAMMAR.decode(window))
-        assert po.emitting_states(GRAMMAR, window[None])[0].tolist() == expected
+        assert pt.emitting_states(GRAMMAR, window[None])[0].tolist() == expected
 
 
 def walk_any(words):
@@ -75,7 +78,7 @@ def test_emitting_states_are_the_states_that_generated_the_text():
     words = GRAMMAR.sample(3000, seed=7)         # sampled from the start state S
     truth = walk("S", words)
     window = GRAMMAR.encode(words).numpy()[None]
-    labels = po.emitting_states(GRAMMAR, window)[0]
+    labels = pt.emitting_states(GRAMMAR, window)[0]
     known = labels >= 0
     assert known.mean() > 0.95                   # only the first few words are ambiguous
     assert all(STATES[label] == truth[t] for t, label in enumerate(labels) if label >= 0)
@@ -83,24 +86,24 @@ def test_emitting_states_are_the_states_that_generated_the_text():
 
 def test_emitting_states_refuse_an_impossible_window():
     with pytest.raises(ValueError, match="impossible"):
-        po.emitting_states(GRAMMAR, GRAMMAR.encode(". .".split()).numpy()[None])
+        pt.emitting_states(GRAMMAR, GRAMMAR.encode(". .".split()).numpy()[None])
 
 
 def test_is_grammatical_matches_a_brute_force_walk():
     windows = sample_windows(300, 10, seed=5)
-    edited = po.random_edit(windows, GRAMMAR.vocab_size, np.random.default_rng(1))
+    edited = pt.random_edit(windows, GRAMMAR.vocab_size, np.random.default_rng(1))
     expected = [walk_any(GRAMMAR.decode(w)) for w in edited]
-    assert po.is_grammatical(GRAMMAR, edited).tolist() == expected
-    assert po.is_grammatical(GRAMMAR, windows).all()           # the grammar's own text is possible
+    assert pt.is_grammatical(GRAMMAR, edited).tolist() == expected
+    assert pt.is_grammatical(GRAMMAR, windows).all()           # the grammar's own text is possible
     assert 0 < np.mean(expected) < 0.5                          # most edits break it, some do not
     # worked examples: "." always leads to S, which cannot emit "." or a verb
     for text, ok in ((". the cat sleeps", True), (". .", False), (". sleeps", False), ("cats sleep", True)):
-        assert po.is_grammatical(GRAMMAR, GRAMMAR.encode(text.split()).numpy()[None])[0] == ok, text
+        assert pt.is_grammatical(GRAMMAR, GRAMMAR.encode(text.split()).numpy()[None])[0] == ok, text
 
 
 def test_random_edit_swaps_two_neighbours_or_replaces_one_word():
     windows = sample_windows(500, 8, seed=2)
-    edited = po.random_edit(windows, GRAMMAR.vocab_size, np.random.default_rng(3))
+    edited = pt.random_edit(windows, GRAMMAR.vocab_size, np.random.default_rng(3))
     n_swaps = 0
     for before, after in zip(windows, edited):
         diff = np.flatnonzero(before != after)
@@ -111,16 +114,16 @@ def test_random_edit_swaps_two_neighbours_or_replaces_one_word():
             n_swaps += 1
     assert 0.35 < n_swaps / len(windows) < 0.65
     with pytest.raises(ValueError, match="shape"):
-        po.random_edit(windows[0], GRAMMAR.vocab_size, np.random.default_rng(0))
+        pt.random_edit(windows[0], GRAMMAR.vocab_size, np.random.default_rng(0))
 
 
 def test_balanced_grammaticality_set():
     stream = GRAMMAR.encode(GRAMMAR.sample(20_000, seed=4)).numpy()
-    ids, labels = po.balanced_grammaticality_set(GRAMMAR, stream, 200, 9, np.random.default_rng(0))
+    ids, labels = pt.balanced_grammaticality_set(GRAMMAR, stream, 200, 9, np.random.default_rng(0))
     assert ids.shape == (200, 9) and labels.sum() == 100
     assert [walk_any(GRAMMAR.decode(w)) for w in ids] == labels.astype(bool).tolist()
     with pytest.raises(ValueError, match="even"):
-        po.balanced_grammaticality_set(GRAMMAR, stream, 7, 9, np.random.default_rng(0))
+        pt.balanced_grammaticality_set(GRAMMAR, stream, 7, 9, np.random.default_rng(0))
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -128,7 +131,7 @@ def test_balanced_grammaticality_set():
 # ----------------------------------------------------------------------------------------------------------
 
 def test_topic_grammar_keeps_the_state_chain_and_reweights_the_nouns():
-    topic = po.topic_grammar(GRAMMAR, {"cat", "dog"}, share=0.8)
+    topic = pt.topic_grammar(GRAMMAR, {"cat", "dog"}, share=0.8)
     assert np.allclose(topic.transition_matrix(), GRAMMAR.transition_matrix())
     p = {w: prob for w, _, prob in topic.rules["NP_SG"]}
     # the docstring's worked example: six singular nouns share 0.7; cat and dog get 0.8 of it
@@ -136,13 +139,13 @@ def test_topic_grammar_keeps_the_state_chain_and_reweights_the_nouns():
     assert math.isclose(p["big"], 0.05)                        # adjectives unchanged
     assert topic.entropy_rate() < GRAMMAR.entropy_rate()        # a topic makes word choice more predictable
     with pytest.raises(ValueError, match="share"):
-        po.topic_grammar(GRAMMAR, {"cat"}, share=1.0)
+        pt.topic_grammar(GRAMMAR, {"cat"}, share=1.0)
     with pytest.raises(ValueError, match="not in the grammar"):
-        po.topic_grammar(GRAMMAR, {"unicorn"}, share=0.5)
+        pt.topic_grammar(GRAMMAR, {"unicorn"}, share=0.5)
 
 
 def test_documents_are_whole_sentences():
-    doc = po.sample_document(GRAMMAR, 200, seed=1)
+    doc = pt.sample_document(GRAMMAR, 200, seed=1)
     assert doc[-1] == "." and walk("S", doc) is not None and len(doc) <= 200
 
 
@@ -155,7 +158,7 @@ def test_logistic_regression_is_at_its_optimum():
     x = torch.randn(400, 5, generator=generator) * torch.tensor([1.0, 5.0, 0.1, 2.0, 1.0]) + 3.0
     y = (x[:, 0] + 0.2 * x[:, 1] + 0.3 * torch.randn(400, generator=generator) > 3.6).long()
     l2 = 1e-2
-    layer = po.fit_logistic_regression(x, y, 2, l2=l2, max_iter=500)
+    layer = pt.fit_logistic_regression(x, y, 2, l2=l2, max_iter=500)
     # undo the folding: in standardised coordinates z = (x - m) / s the weights are W * s, bias b + W m
     x64 = x.double()
     mean, std = x64.mean(0), x64.std(0)
@@ -204,7 +207,8 @@ def test_compute_is_equal_and_counted_consistently(results):
         steps, per_step = int(row["steps"]), int(row["flops_per_step"])
         assert int(row["train_flops"]) == steps * per_step
         assert abs(steps * per_step - budget) <= per_step / 2, row["variant"]   # the nearest number of steps
-        assert int(row["corpus_words"]) == steps * summary["settings"]["batch"] * summary["settings"]["window"]
+        words = summary["settings"]["t5_words" if row["variant"] == "t5" else "window"]
+        assert int(row["corpus_words"]) == steps * summary["settings"]["batch"] * words
         last = max(int(c["step"]) for c in curves if c["variant"] == row["variant"] and c["seed"] == row["seed"])
         assert last == steps
 
@@ -212,8 +216,11 @@ def test_compute_is_equal_and_counted_consistently(results):
 def test_t5_counts_and_task_settings(results):
     *_, summary = results
     settings = summary["settings"]
-    num_noise = round(settings["window"] * 0.15)                 # 31 * 0.15 = 4.65: no tie, any rounding agrees
-    assert (settings["t5_num_noise"], settings["t5_num_spans"]) == (num_noise, max(round(num_noise / 3), 1))
+    num_noise = round(settings["t5_words"] * 0.15)               # 34 * 0.15 = 5.1: no tie, any rounding agrees
+    num_spans = max(round(num_noise / 3), 1)
+    assert (settings["t5_num_noise"], settings["t5_num_spans"]) == (num_noise, num_spans)
+    # T5's sources ([CLS], the words left, one sentinel per span) are as long as the downstream inputs
+    assert 1 + settings["t5_words"] - num_noise + num_spans == 1 + settings["window"] == 32
     assert abs(settings["nsp_notnext_fraction"] - 0.5) < 0.02
     tagging = summary["baselines"]["tagging"]
     assert tagging["majority"] < tagging["word_only"] < 1
@@ -223,7 +230,7 @@ def test_t5_counts_and_task_settings(results):
 def test_every_evaluation_is_present_and_an_accuracy(results):
     runs, downstream, _, summary = results
     seeds = {str(s) for s in summary["seeds"]}
-    assert len(seeds) >= 3
+    assert len(seeds) >= 5
     variants = set(summary["variants"]) | set(summary["random_init"])
     got = {(r["variant"], r["seed"], r["task"], r["method"]) for r in downstream}
     for v in variants:
@@ -235,3 +242,103 @@ def test_every_evaluation_is_present_and_an_accuracy(results):
                 assert (v, seed, "grammaticality", "zero_shot") in got
     assert all(0 <= float(r["accuracy"]) <= 1 for r in downstream)
     assert {(r["variant"], r["seed"]) for r in runs} == {(v, s) for v in summary["variants"] for s in seeds}
+
+
+# ----------------------------------------------------------------------------------------------------------
+# The fairer design: pre-LN encoders, ELECTRA's shared embeddings, T5's full-length sources, the LR choice
+# ----------------------------------------------------------------------------------------------------------
+
+TINY_DATA = torch.as_tensor(sample_windows(1, 2000, seed=9)[0])
+
+
+def test_electra_generator_and_discriminator_share_their_embeddings():
+    torch.manual_seed(0)
+    electra = po.Electra(TINY_DATA)
+    shared = electra.discriminator.embeddings
+    for name in ("tok_emb", "pos_emb", "type_emb", "norm"):
+        for part in (electra.generator_encoder.embeddings, electra.generator_head.embeddings):
+            for p_gen, p_disc in zip(getattr(part, name).parameters(), getattr(shared, name).parameters()):
+                assert p_gen is p_disc, name
+    # the generator reads the width-64 table through a projection to its own width, and its head is tied to it
+    assert electra.generator_encoder.project.weight.shape == (po.GENERATOR_D_MODEL, po.D_MODEL)
+    # counted once: the sum over the parts counts the shared embeddings three times
+    parts = (electra.discriminator, electra.generator_encoder, electra.generator_head, electra.rtd_head)
+    n_shared = sum(p.numel() for p in shared.parameters())
+    assert po.count_parameters(electra) == sum(p.numel() for m in parts for p in m.parameters()) - 2 * n_shared
+    # one gradient step moves what both networks read: perturbing the shared table changes both outputs
+    ids = po.with_cls(torch.as_tensor(sample_windows(2, po.WINDOW, seed=4)))
+    with torch.no_grad():
+        before = electra.generator_head(electra.generator_encoder(ids)), electra.discriminator(ids)
+        shared.tok_emb.weight[ids[0, 3]] += 1.0
+        after = electra.generator_head(electra.generator_encoder(ids)), electra.discriminator(ids)
+    assert not torch.allclose(before[0], after[0]) and not torch.allclose(before[1], after[1])
+
+
+def test_every_encoder_but_the_control_is_pre_ln():
+    torch.manual_seed(0)
+    blocks = {name: [b for b in obj.modules() if isinstance(b, po.TransformerBlock)]
+              for name, obj in (("mlm", po.MaskedLM(TINY_DATA)), ("postln", po.MaskedLM(TINY_DATA, post_ln=True)),
+                                ("electra", po.Electra(TINY_DATA)))}
+    assert all(b.norm_first for name in ("mlm", "electra") for b in blocks[name]) and len(blocks["electra"]) == 4
+    assert not any(b.norm_first for b in blocks["postln"])
+    # pre-LN: the residual stream passes a block unnormalised, so a block whose sublayers output zero is the identity
+    encoder = po.MaskedLM(TINY_DATA).encoder
+    x = torch.randn(2, 5, po.D_MODEL)
+    block = encoder.blocks[0]
+    with torch.no_grad():
+        for p in [*block.attn.parameters(), *block.ffn.parameters()]:
+            p.zero_()
+    assert torch.allclose(block(x), x)
+
+
+def test_t5_sources_are_as_long_as_the_downstream_inputs():
+    assert po.T5_WORDS == 34
+    torch.manual_seed(0)
+    t5 = po.SpanCorruption(TINY_DATA)
+    sources, targets = t5.sources_and_targets(torch.Generator().manual_seed(1))
+    assert sources.shape == (po.BATCH, po.WINDOW + 1) == (po.BATCH, 32)
+    # each source: [CLS], then the 34 words with 5 noise words replaced by 2 sentinels, none padding
+    assert (sources[:, 0] == po.CLS).all()
+    assert ((sources >= po.SENTINELS[0]).sum(1) == 2).all()
+    assert targets.shape == (po.BATCH, 5 + 2)
+    seen = []  # the encoder's position table is looked up once per pass, for positions 0 .. T-1 of the source
+    t5.t5.src_pos_emb.register_forward_hook(lambda module, args, out: seen.append(out.shape[-2]))
+    t5.loss(torch.Generator().manual_seed(2))
+    assert seen == [32]
+
+
+def test_select_lrs_takes_the_lowest_mean_heldout_loss():
+    rows = []
+    for name in po.SWEPT:
+        for lr in po.SWEEP_LRS:
+            for seed, noise in ((100, 0.01), (101, -0.01)):
+                table = {1e-3: 1.5, 3e-3: 1.6, 1e-2: "nan"} if name == "t5" else {1e-3: 2.0, 3e-3: 1.9, 1e-2: 1.8}
+                loss = table[lr]
+                rows.append({"variant": name, "lr": f"{lr:g}", "seed": str(seed),
+                             "heldout_loss": str(float(loss) + noise)})
+    lrs = po.select_lrs(rows)
+    assert lrs["clm"] == lrs["mlm"] == 1e-2 and lrs["t5"] == 1e-3          # NaN (diverged) never wins
+    assert all(lrs[name] == lrs["mlm"] for name in po.LR_FROM)
+    with pytest.raises(ValueError, match="same seeds"):
+        po.select_lrs(rows[:-1])
+
+
+def test_the_learning_rates_are_the_sweeps_best(results):
+    runs, *_, summary = results
+    with (DATA / "pretraining_objectives_sweep.csv").open() as f:
+        sweep = list(csv.DictReader(f))
+    sweep_seeds = {r["seed"] for r in sweep}
+    assert sweep_seeds and not sweep_seeds & {str(s) for s in summary["seeds"]}  # seeds of its own
+    losses = {}
+    for r in sweep:
+        losses.setdefault((r["variant"], float(r["lr"])), {})[r["seed"]] = float(r["heldout_loss"])
+    lrs = summary["sweep"]["lrs"]
+    for name in summary["sweep"]["swept"]:
+        for lr in lrs:
+            assert set(losses[name, lr]) == sweep_seeds, (name, lr)
+        mean = {lr: sum(losses[name, lr].values()) / len(sweep_seeds) for lr in lrs}
+        finite = {lr: m for lr, m in mean.items() if math.isfinite(m)}
+        assert summary["lr"][name] == min(finite, key=finite.get), name
+    for name, source in summary["sweep"]["lr_from"].items():
+        assert summary["lr"][name] == summary["lr"][source]
+    assert all(float(r["lr"]) == summary["lr"][r["variant"]] for r in runs)

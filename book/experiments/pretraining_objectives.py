@@ -1,44 +1,58 @@
 """Pretraining objectives in miniature: causal LM, MLM, span corruption, masking rates, NSP and ELECTRA.
 
 Book: Pretraining objectives, "Experiments". Regenerate the files with ``make experiments`` (or
-``nice .venv/bin/python book/experiments/pretraining_objectives.py``; one thread, about 20 CPU-minutes).
-Everything is seeded, and a rerun on the same machine and thread count reproduces the losses (the T5 runs
-that t5_diagnostics.py retrains match the committed ones to four decimals). Across machines the runs are not
-bit-reproducible (reductions run in another order), and a run can end far from its committed value: a rerun
-of T5 seed 0 elsewhere ended at 1.354 instead of 1.462, as far as the spread between seeds. Compare means over
-seeds, not single runs.
+``nice .venv/bin/python book/experiments/pretraining_objectives.py --jobs 2``: two one-thread worker
+processes, about 45 CPU-minutes in all, the sweep 9 of them). Everything is seeded, and a rerun on the same
+machine and thread count reproduces the losses. Across machines the runs are not bit-reproducible
+(reductions run in another order), and a single run can end as far from its committed value as the spread
+between seeds (a rerun of one T5 seed elsewhere once ended 0.11 nats off). Compare means over seeds.
 
-Corpus: ``TRAIN_DOCS`` documents of about ``DOC_WORDS`` words, each written by the course's grammar with one of
-three topics (:func:`topic_grammar`: a pair of nouns gets 80% of the noun probability; states and transitions
-are unchanged). Every model (width 64, 4 heads, 2 layers; the encoder-decoder 2 + 2) reads ``[CLS]`` and 31
-words. Each variant (``make_objectives``) is trained for the number of steps that spends the FLOPs of
-``BUDGET_CLM_STEPS`` steps of the causal LM; a step's FLOPs are measured with ``FlopCounterMode`` (forward and
-backward matrix products). Three model seeds.
+Corpus and tasks: :mod:`pretraining_tasks`. Every encoder is pre-LN (``x + SubLayer(LN(x))``, a final LN);
+the post-LN BERT encoder of :mod:`llmarch.model` is kept as a control (``mlm_postln``). Width 64, 4 heads,
+2 layers (the encoder-decoder 2 + 2). Every model reads 32 tokens: ``[CLS]`` and 31 words, except T5's
+encoder, which reads ``[CLS]`` and 34 words after span corruption (34 - 5 noise words + 2 sentinels = 31),
+so that its sources are as long as the downstream inputs, as T5 chooses its raw lengths. ELECTRA's
+generator (width 32) and discriminator share their embeddings (token, position, segment, and their
+LayerNorm; the generator projects them to its width), as in Clark et al. (2020).
 
-Downstream, on held-out documents (:func:`build_tasks`): tagging every word with the grammar state that
-emitted it, and grammaticality after one random edit, both labelled exactly from the grammar. Each pretrained
-model (and each architecture with random weights) is scored by a linear probe on frozen features, by full
-fine-tuning, and (for ``ZERO_SHOT`` variants, grammaticality only) by its pretraining head with one threshold.
+Two phases:
+
+1. **Learning-rate sweep** (``SWEEP_LRS`` x ``SWEEP_SEEDS``, pretraining only) for the objectives in
+   ``SWEPT``; each takes the rate with the lowest mean held-out pretraining loss (ELECTRA: its total loss
+   ``L_MLM + 50 L_RTD``); the other MLM variants take MLM's rate (``LR_FROM``).
+2. **Main runs** (``MODEL_SEEDS``): each variant (``make_objectives``) is trained at its rate for the number of
+   steps that spends the FLOPs of ``BUDGET_CLM_STEPS`` steps of the causal LM (a step's FLOPs are measured
+   with ``FlopCounterMode``: forward and backward matrix products), then scored downstream by a linear probe
+   on frozen features, by full fine-tuning, and (``ZERO_SHOT`` variants, grammaticality only) by its
+   pretraining head with one threshold; randomly initialised architectures are scored as controls.
+
+``--seeds`` and ``--only`` rerun some runs and merge them into the committed files under a lock, so that
+partial reruns can run side by side; ``--jobs N`` spreads the runs over N worker processes.
 
 Writes, under ``book/data/`` next to this script's folder:
 
-- ``pretraining_objectives_runs.csv``: variant, seed, steps, corpus_words, flops_per_step, train_flops,
+- ``pretraining_objectives_sweep.csv``: variant, lr, seed, steps, final_train_loss, heldout_loss, CPU seconds;
+- ``pretraining_objectives_runs.csv``: variant, seed, lr, steps, corpus_words, flops_per_step, train_flops,
   n_parameters (trained), n_parameters_backbone (used downstream), final_train_loss (mean of the last 10% of
-  the steps), mlm_loss_15 and mlm_loss_own_rate (held-out MLM loss with 15% / the variant's own rate
-  selected; MLM variants only, on held-out pairs for the pair variants), nsp_accuracy, CPU seconds;
+  the steps), heldout_loss (the pretraining loss on held-out text), mlm_loss_15 and mlm_loss_own_rate
+  (held-out MLM loss with 15% / the variant's own rate selected; MLM variants only, on held-out pairs for the
+  pair variants), nsp_accuracy, CPU seconds;
 - ``pretraining_objectives_downstream.csv``: variant, seed, task, method (probe, finetune, zero_shot),
   accuracy;
 - ``pretraining_objectives_curves.csv``: variant, seed, step, loss (mean over the last ``CURVE_EVERY`` steps),
   and for ELECTRA its generator's MLM loss, the discriminator's loss and the fraction of replaced words;
-- ``pretraining_objectives.json``: the variants, the experiments that compare them, the steps and FLOPs, the
-  settings, the task baselines and the run time.
+- ``pretraining_objectives.json``: the variants, the experiments that compare them, the chosen learning
+  rates, the steps and FLOPs, the settings, the task baselines and the CPU time.
 """
 
 from __future__ import annotations
 
 import argparse
-import copy
+import csv
+import fcntl
 import json
+import multiprocessing
+import tempfile
 import time
 from collections import defaultdict
 from pathlib import Path
@@ -49,359 +63,61 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
-from llmarch.data import StochasticGrammar, default_grammar, get_batch
-from llmarch.model import (BertClassificationHead, BertConfig, BertEncoder, BertForMaskedLM, EncoderDecoder,
-                           EncoderDecoderConfig, GPT, GPTConfig, count_parameters, shift_right)
-from llmarch.objectives import (IGNORE_INDEX, electra_corrupt, mlm_loss, mlm_mask, nsp_pairs, t5_span_counts,
-                                t5_span_corruption)
+from llmarch.data import default_grammar, get_batch
+from llmarch.layers import TransformerBlock
+from llmarch.model import (GPT, BertClassificationHead, BertConfig, BertForMaskedLM, EncoderDecoder,
+                           EncoderDecoderConfig, GPTConfig, count_parameters, shift_right)
+from llmarch.objectives import electra_corrupt, mlm_loss, mlm_mask, nsp_pairs, t5_span_counts, t5_span_corruption
 from llmarch.train import warmup_cosine_lr
-from tiny_gpt import labelled_transitions, write_csv  # sibling script (this folder is on sys.path when run)
+from pretraining_tasks import (CLS, DOC_WORDS, FT_BATCH, FT_LR, FT_STEPS, FT_WARMUP, GRAM_TRAIN, IGNORE, MASK,
+                               N_TEST, SENTINELS, SEP, TAG_TRAIN, TOPIC_SHARE, TOPICS, VOCAB, WINDOW, accuracy,
+                               adamw, build_tasks, fine_tune, linear_probe, sample_corpus, set_lr, task_baselines,
+                               with_cls)
+from tiny_gpt import write_csv  # sibling script (this folder is on sys.path when run)
 
 DATA_DIR = Path(__file__).resolve().parent.parent / "data"
 
-# The corpus: documents of DOC_WORDS words (cut after the last full stop), each from one topic grammar.
-TOPICS = (("cat", "cats", "dog", "dogs"), ("bird", "birds", "robot", "robots"),
-          ("child", "children", "teacher", "teachers"))
-TOPIC_SHARE = 0.8
-DOC_WORDS, TRAIN_DOCS, HELDOUT_DOCS = 300, 3000, 1500
+TRAIN_DOCS, HELDOUT_DOCS = 3000, 1500
 TRAIN_SEED, HELDOUT_SEED, TASK_SEED = 0, 1, 2
-# Token ids: the grammar's 36 words, then the special tokens.
-N_WORDS = 36
-CLS, SEP, MASK = 36, 37, 38
-SENTINELS = tuple(range(39, 47))
-VOCAB = 47
-WINDOW = 31              # corpus words per example; every model reads [CLS] + WINDOW = 32 tokens
 SEGMENT = 14             # NSP: [CLS] A(14) [SEP] B(14) [SEP] = 31 tokens
 # Models: width 64, 2 layers, 4 heads (the encoder-decoder has 2 + 2 layers); ELECTRA's generator is narrower.
 D_MODEL, N_LAYERS, N_HEADS = 64, 2, 4
 GENERATOR_D_MODEL, GENERATOR_HEADS = 32, 2
+LAYER_NORM_EPS = 1e-12   # BERT's
 # Pretraining: AdamW, warm-up and cosine decay; the compute budget is BUDGET_CLM_STEPS steps of the causal LM.
-BATCH, LR, WARMUP, BUDGET_CLM_STEPS = 32, 3e-3, 50, 1500
+BATCH, WARMUP, BUDGET_CLM_STEPS = 32, 50, 1500
 CURVE_EVERY = 50         # learning curves: mean training loss over every 50 steps
-MODEL_SEEDS = (0, 1, 2)
+HELDOUT_BATCHES = 16     # held-out pretraining loss: 16 batches of 32 held-out examples (fixed sampling seed)
+MODEL_SEEDS = (0, 1, 2, 3, 4)
+# The learning-rate sweep: pretraining only, on a seed of its own. One seed, not two, to fit the sweep and the
+# five seeds of the comparison into about 50 CPU-minutes (``--sweep-seeds 100 101`` sweeps on two).
+SWEEP_LRS = (1e-3, 3e-3, 1e-2)
+SWEEP_SEEDS = (100,)
+SWEPT = ("clm", "mlm", "mlm_postln", "t5", "electra")
+LR_FROM = {"nsp": "mlm", "pairs": "mlm", "mlm_5": "mlm", "mlm_40": "mlm", "mlm_80": "mlm"}
 MASK_RATES = (0.05, 0.15, 0.40, 0.80)
 ELECTRA_WEIGHT = 50.0    # lambda of Clark et al. (2020): L = L_MLM(generator) + lambda L_RTD(discriminator)
-# Downstream tasks (labels from the grammar; see `build_tasks`).
-TAG_TRAIN, GRAM_TRAIN, N_TEST = 32, 2048, 1024
 ZERO_SHOT_TRAIN = 512    # training windows used to fit the zero-shot threshold
-FT_STEPS, FT_BATCH, FT_LR, FT_WARMUP = 200, 32, 1e-3, 20
-IGNORE = IGNORE_INDEX
+
+
+def t5_raw_words(source_length: int) -> int:
+    """The number of words whose span corruption (15% noise, mean span 3) leaves ``source_length - 1`` tokens
+    (the encoder adds [CLS]): ``n - num_noise(n) + num_spans(n) = source_length - 1``, the smallest such ``n``
+    (T5 picks its raw lengths the same way, so that no source needs padding)."""
+    for n in range(2, 4 * source_length):
+        num_noise, num_spans = t5_span_counts(n, 0.15, 3.0)
+        if n - num_noise + num_spans == source_length - 1:
+            return n
+    raise ValueError(f"no raw length gives sources of exactly {source_length} tokens")
+
+
+T5_WORDS = t5_raw_words(WINDOW + 1)   # 34
 
 
 # --------------------------------------------------------------------------------------------------------------
-# The corpus: documents, each written by the grammar with a topic
-# --------------------------------------------------------------------------------------------------------------
-
-def topic_grammar(grammar: StochasticGrammar, topic_words: set[str], share: float) -> StochasticGrammar:
-    """The same grammar (states, words, transitions) with a *topic*: in every state, the words that lead to
-    the same next state share their total probability so that those in ``topic_words`` get ``share`` of it
-    (equally), the others ``1 - share`` (equally). Groups with no topic word, or only topic words, keep their
-    probabilities. The state chain, hence every grammaticality and state label, is unchanged.
-
-    Example: in state ``NP_SG`` the six singular nouns (0.7 in all) lead to ``VP_SG``; with topic
-    ``{"cat", "dog"}`` and ``share=0.8`` each of cat, dog gets 0.28 and each other noun 0.035.
-    """
-    if not 0 < share < 1:
-        raise ValueError(f"share must be in (0, 1), got {share}")
-    unknown = set(topic_words) - set(grammar.vocab)
-    if unknown:
-        raise ValueError(f"topic words {sorted(unknown)} are not in the grammar's vocabulary")
-    rules = {}
-    for state, options in grammar.rules.items():
-        new = []
-        for nxt in dict.fromkeys(n for _, n, _ in options):
-            group = [(w, p) for w, n, p in options if n == nxt]
-            mass = sum(p for _, p in group)
-            in_topic = [w for w, _ in group if w in topic_words]
-            if not in_topic or len(in_topic) == len(group):
-                new += [(w, nxt, p) for w, p in group]
-                continue
-            n_out = len(group) - len(in_topic)
-            new += [(w, nxt, mass * (share / len(in_topic) if w in topic_words else (1 - share) / n_out))
-                    for w, _ in group]
-        rules[state] = new
-    return StochasticGrammar(rules, start=grammar.start)
-
-
-def sample_document(grammar: StochasticGrammar, n_words: int, seed: int) -> list[str]:
-    """Whole sentences from the start state: ``n_words`` sampled words cut after the last full stop."""
-    words = grammar.sample(n_words, seed=seed)
-    if "." not in words:
-        raise ValueError(f"{n_words} words from seed {seed} hold no complete sentence; sample more words")
-    return words[: len(words) - words[::-1].index(".")]
-
-
-# --------------------------------------------------------------------------------------------------------------
-# Labels the grammar defines exactly
-# --------------------------------------------------------------------------------------------------------------
-
-def _support(grammar: StochasticGrammar) -> np.ndarray:
-    """``A[w, s, s'] = True`` iff word ``w`` can take state ``s`` to ``s'`` (the support of the rules)."""
-    transitions, _ = labelled_transitions(grammar)
-    return transitions > 0
-
-
-def emitting_states(grammar: StochasticGrammar, ids: np.ndarray) -> np.ndarray:
-    """For each position ``t`` of each window ``ids (N, T)``: the index (in ``grammar.rules`` order) of the state
-    that emitted word ``t``, if the words ``0..t`` determine it, else ``-1``.
-
-    The window may start anywhere in the text, so the state before word 0 is unknown: the set of possible
-    states starts as all states, ``C_0``. The states that can emit word ``t`` are ``E_t = {s in C_t : p(w_t|s) >
-    0}`` and ``C_{t+1} = {next(s, w_t) : s in E_t}``. The label is defined where ``|E_t| = 1``: the state is then a
-    function of the words a causal model has seen at ``t``, so a causal and a bidirectional model can both
-    reach 100%. Raises ``ValueError`` if a window is impossible under the grammar (some ``E_t`` empty).
-    """
-    ids = np.asarray(ids)
-    if ids.ndim != 2:
-        raise ValueError(f"ids has shape {ids.shape} but must be (N, T)")
-    support = _support(grammar)
-    n, t_len = ids.shape
-    possible = np.ones((n, support.shape[1]), dtype=bool)
-    labels = np.full((n, t_len), -1)
-    for t in range(t_len):
-        step = support[ids[:, t]]                               # (N, S, S')
-        emitters = possible & step.any(axis=2)                  # E_t
-        if not emitters.any(axis=1).all():
-            bad = int(np.flatnonzero(~emitters.any(axis=1))[0])
-            raise ValueError(f"window {bad} is impossible under the grammar at position {t}")
-        single = emitters.sum(axis=1) == 1
-        labels[single, t] = emitters[single].argmax(axis=1)
-        possible = (emitters[:, :, None] & step).any(axis=1)    # C_{t+1}
-    return labels
-
-
-def is_grammatical(grammar: StochasticGrammar, ids: np.ndarray) -> np.ndarray:
-    """``(N,)`` booleans: window ``i`` of ``ids (N, T)`` has non-zero probability under the grammar started in
-    some state (every state has positive stationary probability, the chain being irreducible), i.e. the
-    set of possible states ``C_t`` of :func:`emitting_states` never becomes empty."""
-    ids = np.asarray(ids)
-    if ids.ndim != 2:
-        raise ValueError(f"ids has shape {ids.shape} but must be (N, T)")
-    support = _support(grammar)
-    possible = np.ones((len(ids), support.shape[1]), dtype=bool)
-    for t in range(ids.shape[1]):
-        possible = (possible[:, :, None] & support[ids[:, t]]).any(axis=1)
-    return possible.any(axis=1)
-
-
-def random_edit(ids: np.ndarray, vocab_size: int, rng: np.random.Generator) -> np.ndarray:
-    """One random edit per window of ``ids (N, T)``: with probability 1/2 swap two neighbouring words that
-    differ, otherwise replace one word by a different word drawn uniformly from the vocabulary."""
-    ids = np.array(ids, copy=True)
-    if ids.ndim != 2 or ids.shape[1] < 2:
-        raise ValueError(f"ids has shape {ids.shape} but must be (N, T) with T >= 2")
-    for row in ids:
-        if rng.random() < 0.5:
-            candidates = np.flatnonzero(row[:-1] != row[1:])
-            if len(candidates):
-                i = rng.choice(candidates)
-                row[i], row[i + 1] = row[i + 1], row[i]
-                continue
-        i = rng.integers(len(row))
-        row[i] = (row[i] + rng.integers(1, vocab_size)) % vocab_size
-    return ids
-
-
-def balanced_grammaticality_set(grammar: StochasticGrammar, stream: np.ndarray, n: int, window: int,
-                                rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
-    """``n`` edited windows of ``window`` words from ``stream``, half still grammatical (label 1), half not
-    (label 0), in random order. Random edits break the grammar most of the time, so windows are edited
-    until each class has ``n // 2``."""
-    if n % 2:
-        raise ValueError(f"n must be even to balance the two classes, got {n}")
-    kept = {0: [], 1: []}
-    while min(len(kept[0]), len(kept[1])) < n // 2:
-        starts = rng.integers(0, len(stream) - window, size=4 * n)
-        edited = random_edit(stream[starts[:, None] + np.arange(window)], grammar.vocab_size, rng)
-        for row, label in zip(edited, is_grammatical(grammar, edited).astype(int)):
-            kept[label].append(row)
-    ids = np.stack(kept[0][: n // 2] + kept[1][: n // 2])
-    labels = np.repeat([0, 1], n // 2)
-    order = rng.permutation(n)
-    return ids[order], labels[order]
-
-
-# --------------------------------------------------------------------------------------------------------------
-# Downstream evaluation: linear probing of frozen features, and full fine-tuning
-# --------------------------------------------------------------------------------------------------------------
-
-def fit_logistic_regression(x: torch.Tensor, y: torch.Tensor, n_classes: int, l2: float = 1e-3,
-                            max_iter: int = 200) -> nn.Linear:
-    """Multinomial logistic regression ``p(y | x) = softmax(W z + b)`` on standardised features ``z`` (the
-    mean and standard deviation of the training features are folded into the returned layer), fit by L-BFGS
-    on the mean cross-entropy plus ``l2 * ||W||^2``. ``x (N, d)`` float, ``y (N,)`` long."""
-    if x.dim() != 2 or y.shape != x.shape[:1]:
-        raise ValueError(f"x has shape {tuple(x.shape)} and y {tuple(y.shape)}: expected (N, d) and (N,)")
-    x = x.double()
-    mean, std = x.mean(0), x.std(0).clamp_min(1e-6)
-    z = (x - mean) / std
-    layer = nn.Linear(x.shape[1], n_classes).double()
-    nn.init.zeros_(layer.weight)
-    nn.init.zeros_(layer.bias)
-    optimizer = torch.optim.LBFGS(layer.parameters(), max_iter=max_iter, line_search_fn="strong_wolfe")
-
-    def closure():
-        optimizer.zero_grad()
-        loss = F.cross_entropy(layer(z), y) + l2 * layer.weight.pow(2).sum()
-        loss.backward()
-        return loss
-
-    optimizer.step(closure)
-    with torch.no_grad():  # fold the standardisation in: W ((x - m) / s) + b = (W / s) x + (b - W (m / s))
-        weight = layer.weight / std
-        layer.bias -= (layer.weight * (mean / std)).sum(1)
-        layer.weight.copy_(weight)
-    return layer.float()
-
-
-class Classifier(nn.Module):
-    """A linear head on a pretrained backbone (``ids (B, T) -> hidden states (B, T, d)``): per token
-    (``pooled=False``, logits ``(B, T, C)``) or on the mean of the hidden states over the positions
-    (``pooled=True``, logits ``(B, C)``)."""
-
-    def __init__(self, backbone: nn.Module, d_model: int, n_classes: int, pooled: bool):
-        super().__init__()
-        self.backbone, self.pooled = backbone, pooled
-        self.head = nn.Linear(d_model, n_classes)
-
-    def forward(self, ids: torch.Tensor) -> torch.Tensor:
-        h = self.backbone(ids)
-        return self.head(h.mean(dim=1) if self.pooled else h)
-
-
-@torch.no_grad()
-def frozen_features(backbone: nn.Module, ids: torch.Tensor, pooled: bool, batch_size: int = 256) -> torch.Tensor:
-    """Hidden states of a frozen backbone: ``(N, T, d)``, or their mean over positions ``(N, d)``."""
-    backbone.eval()
-    out = [backbone(ids[i: i + batch_size]) for i in range(0, len(ids), batch_size)]
-    h = torch.cat(out)
-    return h.mean(dim=1) if pooled else h
-
-
-def accuracy(logits: torch.Tensor, labels: torch.Tensor) -> float:
-    """Fraction of labelled items (label != -100) whose arg-max class is the label."""
-    keep = labels != IGNORE
-    return (logits.argmax(-1)[keep] == labels[keep]).double().mean().item()
-
-
-def linear_probe(backbone: nn.Module, task: dict, pooled: bool) -> float:
-    """Feature-based transfer: logistic regression on frozen features; test accuracy."""
-    def flat(ids, labels):
-        h = frozen_features(backbone, ids, pooled)
-        if pooled:
-            return h, labels
-        keep = labels != IGNORE
-        return h[keep], labels[keep]
-
-    x, y = flat(task["train_ids"], task["train_labels"])
-    layer = fit_logistic_regression(x, y, task["n_classes"])
-    x_test, y_test = flat(task["test_ids"], task["test_labels"])
-    with torch.no_grad():
-        return accuracy(layer(x_test), y_test)
-
-
-def fine_tune(backbone: nn.Module, d_model: int, task: dict, pooled: bool, seed: int) -> float:
-    """Full fine-tuning of a copy of ``backbone`` with a new linear head (AdamW, warm-up and cosine decay,
-    ``FT_STEPS`` steps of ``FT_BATCH`` examples); test accuracy."""
-    torch.manual_seed(seed)
-    model = Classifier(copy.deepcopy(backbone), d_model, task["n_classes"], pooled)
-    generator = torch.Generator().manual_seed(seed)
-    optimizer = adamw(model, FT_LR)
-    model.train()
-    ids, labels = task["train_ids"], task["train_labels"]
-    for step in range(FT_STEPS):
-        set_lr(optimizer, warmup_cosine_lr(step, FT_LR, FT_WARMUP, FT_STEPS))
-        rows = torch.randint(len(ids), (FT_BATCH,), generator=generator)
-        logits = model(ids[rows])
-        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), labels[rows].reshape(-1), ignore_index=IGNORE)
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        optimizer.step()
-    model.eval()
-    with torch.no_grad():
-        return accuracy(model(task["test_ids"]), task["test_labels"])
-
-
-def adamw(model: nn.Module, lr: float) -> torch.optim.AdamW:
-    """AdamW as ``llmarch.train.train`` sets it up: weight decay 0.1 on matrices only, betas (0.9, 0.95)."""
-    decay = [p for p in model.parameters() if p.requires_grad and p.dim() >= 2]
-    no_decay = [p for p in model.parameters() if p.requires_grad and p.dim() < 2]
-    return torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0}],
-                             lr=lr, betas=(0.9, 0.95))
-
-
-def set_lr(optimizer: torch.optim.Optimizer, lr: float) -> None:
-    for group in optimizer.param_groups:
-        group["lr"] = lr
-
-
-# --------------------------------------------------------------------------------------------------------------
-# Corpus and tasks
-# --------------------------------------------------------------------------------------------------------------
-
-def sample_corpus(grammar: StochasticGrammar, n_docs: int, seed: int) -> tuple[list[np.ndarray], np.ndarray]:
-    """``n_docs`` documents (token-id arrays), each from the topic grammar of a uniformly drawn topic, and their
-    topics."""
-    grammars = [topic_grammar(grammar, set(words), TOPIC_SHARE) for words in TOPICS]
-    topics = np.random.default_rng(seed).integers(len(TOPICS), size=n_docs)
-    docs = [grammar.encode(sample_document(grammars[k], DOC_WORDS, seed * 1_000_000 + i)).numpy()
-            for i, k in enumerate(topics)]
-    return docs, topics
-
-
-def with_cls(windows) -> torch.Tensor:
-    """``(N, WINDOW)`` word ids -> ``(N, WINDOW + 1)`` model inputs with [CLS] first."""
-    windows = torch.as_tensor(np.asarray(windows), dtype=torch.long)
-    return torch.cat([torch.full((len(windows), 1), CLS), windows], dim=1)
-
-
-def build_tasks(grammar: StochasticGrammar, stream: np.ndarray, rng: np.random.Generator) -> dict:
-    """The two downstream tasks, on held-out text. Inputs are ``[CLS] + WINDOW`` words, like pretraining's.
-
-    - ``tagging``: for every word, the grammar state that emitted it (13 classes), where the words so far
-      determine it (:func:`emitting_states`; -100 elsewhere: 4% of the words, near the start of a window). Few labels:
-      ``TAG_TRAIN`` windows (about 1,000 labelled words) to train, ``N_TEST`` windows to test.
-    - ``grammaticality``: after one random edit (:func:`random_edit`), is the window still possible under the
-      grammar? Balanced, ``GRAM_TRAIN`` windows to train, ``N_TEST`` to test.
-    """
-    n = len(stream) // WINDOW
-    windows = stream[: n * WINDOW].reshape(n, WINDOW)[rng.permutation(n)[: TAG_TRAIN + N_TEST]]
-    states = emitting_states(grammar, windows)
-    tags = torch.cat([torch.full((len(states), 1), IGNORE), torch.as_tensor(np.where(states < 0, IGNORE, states))], 1)
-    ids, labels = balanced_grammaticality_set(grammar, stream, GRAM_TRAIN + N_TEST, WINDOW, rng)
-    return {
-        "tagging": {"train_ids": with_cls(windows[:TAG_TRAIN]), "train_labels": tags[:TAG_TRAIN],
-                    "test_ids": with_cls(windows[TAG_TRAIN:]), "test_labels": tags[TAG_TRAIN:],
-                    "n_classes": len(grammar.rules), "pooled": False},
-        "grammaticality": {"train_ids": with_cls(ids[:GRAM_TRAIN]), "train_labels": torch.as_tensor(labels[:GRAM_TRAIN]),
-                           "test_ids": with_cls(ids[GRAM_TRAIN:]), "test_labels": torch.as_tensor(labels[GRAM_TRAIN:]),
-                           "n_classes": 2, "pooled": True},
-    }
-
-
-def task_baselines(grammar: StochasticGrammar, tasks: dict) -> dict:
-    """Reference accuracies on the test sets: the majority class, and for tagging the best rule that sees only
-    the word itself (each word's most frequent state, counted on the test set: an upper bound for any
-    word-by-word rule)."""
-    tag = tasks["tagging"]
-    keep = tag["test_labels"] != IGNORE
-    words, states = tag["test_ids"][keep].numpy(), tag["test_labels"][keep].numpy()
-    counts = np.zeros((VOCAB, len(grammar.rules)))
-    np.add.at(counts, (words, states), 1)
-    gram = tasks["grammaticality"]["test_labels"].numpy()
-    return {
-        "tagging": {"majority": float(np.bincount(states).max() / len(states)),
-                    "word_only": float(counts.max(axis=1).sum() / len(states)),
-                    "labelled_train_words": int((tag["train_labels"] != IGNORE).sum()),
-                    "labelled_fraction": float(keep[:, 1:].double().mean())},
-        "grammaticality": {"majority": float(max(gram.mean(), 1 - gram.mean()))},
-    }
-
-
-# --------------------------------------------------------------------------------------------------------------
-# The objectives. Each holds the modules it trains, samples its own batches, and exposes the encoder whose
-# features the downstream tasks use (``backbone``: ids (B, T) -> hidden states (B, T, D_MODEL)).
+# The objectives. Each holds the modules it trains, samples its own batches (from its training data, or from
+# ``data`` when given: held-out text), and exposes the encoder whose features the downstream tasks use
+# (``backbone``: ids (B, T) -> hidden states (B, T, D_MODEL)).
 # --------------------------------------------------------------------------------------------------------------
 
 class Backbone(nn.Module):
@@ -431,6 +147,67 @@ def special_positions(ids: torch.Tensor) -> torch.Tensor:
     return (ids == CLS) | (ids == SEP)
 
 
+class Embeddings(nn.Module):
+    """BERT's input layer at width ``width``: ``LN(E_tok[ids] + E_seg[token_type_ids] + E_pos[0..T-1])``,
+    ids ``(B, T)`` -> ``(B, T, width)``. ELECTRA's generator and discriminator share one."""
+
+    def __init__(self, width: int):
+        super().__init__()
+        self.tok_emb = nn.Embedding(VOCAB, width)
+        self.pos_emb = nn.Embedding(WINDOW + 1, width)
+        self.type_emb = nn.Embedding(2, width)
+        self.norm = nn.LayerNorm(width, eps=LAYER_NORM_EPS)
+        self.apply(GPT._init_weights)
+
+    def forward(self, ids: torch.Tensor, token_type_ids: torch.Tensor | None = None) -> torch.Tensor:
+        if token_type_ids is None:
+            token_type_ids = torch.zeros_like(ids)
+        positions = torch.arange(ids.shape[1], device=ids.device)
+        return self.norm(self.tok_emb(ids) + self.type_emb(token_type_ids) + self.pos_emb(positions))
+
+
+class PreLNEncoder(nn.Module):
+    """A bidirectional pre-LN encoder on (possibly shared) :class:`Embeddings`: a linear map to ``d_model``
+    if the embeddings are narrower or wider (ELECTRA's generator), then ``N_LAYERS`` blocks
+    ``h = h + Attn(LN(h))``, ``h = h + FFN(LN(h))`` (GELU, ``d_ff = 4 d_model``) and a final LN.
+    ids ``(B, T)`` -> hidden states ``(B, T, d_model)``. It differs from BERT's post-LN encoder
+    (:class:`llmarch.model.BertEncoder`) only in where the block norms sit and in the final LN."""
+
+    def __init__(self, embeddings: Embeddings, d_model: int, n_heads: int):
+        super().__init__()
+        self.embeddings = embeddings
+        width = embeddings.tok_emb.embedding_dim
+        self.project = nn.Identity() if width == d_model else nn.Linear(width, d_model)
+        self.blocks = nn.ModuleList(TransformerBlock(d_model, n_heads, d_ff=4 * d_model, activation="gelu",
+                                                     norm_first=True, eps=LAYER_NORM_EPS) for _ in range(N_LAYERS))
+        self.norm = nn.LayerNorm(d_model, eps=LAYER_NORM_EPS)
+        for module in (self.project, self.blocks):
+            module.apply(GPT._init_weights)
+
+    def forward(self, ids: torch.Tensor, token_type_ids: torch.Tensor | None = None) -> torch.Tensor:
+        h = self.project(self.embeddings(ids, token_type_ids))
+        for block in self.blocks:
+            h = block(h)
+        return self.norm(h)
+
+
+class MLMHead(nn.Module):
+    """BERT's MLM head, tied to the embeddings: ``LN(GELU(h W_t + b_t)) E_tok^T + b_out``; ``W_t`` maps
+    ``d_model`` to the embedding width (as ELECTRA's generator does). ``(B, T, d_model) -> (B, T, VOCAB)``."""
+
+    def __init__(self, embeddings: Embeddings, d_model: int):
+        super().__init__()
+        self.embeddings = embeddings
+        width = embeddings.tok_emb.embedding_dim
+        self.transform = nn.Linear(d_model, width)
+        self.norm = nn.LayerNorm(width, eps=LAYER_NORM_EPS)
+        self.bias = nn.Parameter(torch.zeros(VOCAB))
+        GPT._init_weights(self.transform)
+
+    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
+        return self.norm(F.gelu(self.transform(hidden))) @ self.embeddings.tok_emb.weight.T + self.bias
+
+
 class CausalLM(nn.Module):
     """GPT: next-token prediction on ``[CLS] + 31`` words; every word is a target (the first given [CLS] only)."""
 
@@ -442,8 +219,8 @@ class CausalLM(nn.Module):
         self.gpt = GPT(GPTConfig(vocab_size=VOCAB, context_length=WINDOW + 1, d_model=D_MODEL, n_layers=N_LAYERS,
                                  n_heads=N_HEADS))
 
-    def loss(self, generator):
-        ids = with_cls(get_batch(self.data, BATCH, WINDOW, generator)[0])
+    def loss(self, generator, data: torch.Tensor | None = None):
+        ids = with_cls(get_batch(self.data if data is None else data, BATCH, WINDOW, generator)[0])
         logits = self.gpt(ids)[:, :-1]
         return F.cross_entropy(logits.reshape(-1, VOCAB), ids[:, 1:].reshape(-1))
 
@@ -459,29 +236,25 @@ class CausalLM(nn.Module):
 
 class MaskedLM(nn.Module):
     """MLM with ``mask_prob`` and 80/10/10 on ``[CLS] + 31`` words (or on NSP pairs, see :class:`NextSentence`);
-    the loss covers the selected words only (``mlm_loss``). The encoder is BERT's (post-LN, with BERT's MLM
-    head), or with ``pre_ln=True`` the pre-LN encoder of :class:`llmarch.model.EncoderDecoder` with its tied
-    output layer as the MLM head (its decoder is frozen and never run): a control for the norm placement."""
+    the loss covers the selected words only (``mlm_loss``). The encoder is pre-LN (:class:`PreLNEncoder` with
+    :class:`MLMHead`), or with ``post_ln=True`` BERT's post-LN encoder and MLM head (the control)."""
 
     family = "encoder"
 
-    def __init__(self, data: torch.Tensor | None, mask_prob: float = 0.15, pre_ln: bool = False):
+    def __init__(self, data: torch.Tensor | None, mask_prob: float = 0.15, post_ln: bool = False):
         super().__init__()
-        self.data, self.mask_prob, self.pre_ln = data, mask_prob, pre_ln
-        if pre_ln:
-            self.encoder = encoder_decoder(n_decoder_layers=1)
-            for block in self.encoder.decoder_blocks:
-                block.requires_grad_(False)
-            self.encoder.tgt_pos_emb.requires_grad_(False)
-            self.encoder.decoder_norm.requires_grad_(False)
-        else:
+        self.data, self.mask_prob, self.post_ln = data, mask_prob, post_ln
+        if post_ln:
             self.bert = BertForMaskedLM(bert_config())
+        else:
+            self.encoder = PreLNEncoder(Embeddings(D_MODEL), D_MODEL, N_HEADS)
+            self.head = MLMHead(self.encoder.embeddings, D_MODEL)
 
     def hidden(self, ids: torch.Tensor, token_type_ids=None) -> torch.Tensor:
-        return self.encoder.encode(ids) if self.pre_ln else self.bert.encode(ids, token_type_ids)
+        return self.bert.encode(ids, token_type_ids) if self.post_ln else self.encoder(ids, token_type_ids)
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        return self.encoder.lm_head(hidden) if self.pre_ln else self.bert.mlm_logits(hidden)
+        return self.bert.mlm_logits(hidden) if self.post_ln else self.head(hidden)
 
     def mlm(self, ids: torch.Tensor, generator, mask_prob: float, token_type_ids=None):
         inputs, labels = mlm_mask(ids, MASK, VOCAB, special_positions(ids), mask_prob, generator)
@@ -490,12 +263,12 @@ class MaskedLM(nn.Module):
         hidden = self.hidden(inputs, token_type_ids)
         return mlm_loss(self.logits(hidden), labels), hidden
 
-    def loss(self, generator):
-        ids = with_cls(get_batch(self.data, BATCH, WINDOW, generator)[0])
+    def loss(self, generator, data: torch.Tensor | None = None):
+        ids = with_cls(get_batch(self.data if data is None else data, BATCH, WINDOW, generator)[0])
         return self.mlm(ids, generator, self.mask_prob)[0]
 
     def backbone(self) -> nn.Module:
-        return Backbone(self.encoder, "encode") if self.pre_ln else Backbone(self.bert, "encode")
+        return Backbone(self.bert, "encode") if self.post_ln else self.encoder
 
     @torch.no_grad()
     def eval_mlm_loss(self, ids: torch.Tensor, mask_prob: float, seed: int, token_type_ids=None) -> float:
@@ -524,23 +297,25 @@ class NextSentence(MaskedLM):
         self.pairs, self.with_nsp = pairs, with_nsp
         self.nsp_head = BertClassificationHead(bert_config(), num_labels=2) if with_nsp else None
 
-    def loss(self, generator):
-        rows = torch.randint(len(self.pairs["input_ids"]), (BATCH,), generator=generator)
-        ids, types = self.pairs["input_ids"][rows], self.pairs["token_type_ids"][rows]
+    def loss(self, generator, data: dict | None = None):
+        pairs = self.pairs if data is None else data
+        rows = torch.randint(len(pairs["input_ids"]), (BATCH,), generator=generator)
+        ids, types = pairs["input_ids"][rows], pairs["token_type_ids"][rows]
         loss, hidden = self.mlm(ids, generator, self.mask_prob, types)
         if self.with_nsp:
-            loss = loss + F.cross_entropy(self.nsp_head(hidden), self.pairs["labels"][rows])
+            loss = loss + F.cross_entropy(self.nsp_head(hidden), pairs["labels"][rows])
         return loss
 
     @torch.no_grad()
     def nsp_accuracy(self, pairs: dict) -> float:
-        hidden = self.bert.encode(pairs["input_ids"], pairs["token_type_ids"])
+        hidden = self.hidden(pairs["input_ids"], pairs["token_type_ids"])
         return accuracy(self.nsp_head(hidden), pairs["labels"])
 
 
 class SpanCorruption(nn.Module):
-    """T5: span corruption (15% noise, mean span 3) of the 31 words; the encoder reads ``[CLS] + corrupted``
-    words, the decoder predicts the sentinel-delimited spans. 2 encoder + 2 decoder layers."""
+    """T5: span corruption (15% noise, mean span 3) of ``T5_WORDS`` = 34 words; the encoder reads ``[CLS] +
+    corrupted`` words (32 tokens, as long as the downstream inputs), the decoder predicts the
+    sentinel-delimited spans. 2 encoder + 2 decoder layers, pre-LN."""
 
     family = "encoder-decoder"
 
@@ -549,10 +324,15 @@ class SpanCorruption(nn.Module):
         self.data = data
         self.t5 = encoder_decoder(n_decoder_layers=N_LAYERS)
 
-    def loss(self, generator):
-        words = get_batch(self.data, BATCH, WINDOW, generator)[0]
+    def sources_and_targets(self, generator, data: torch.Tensor | None = None):
+        """A batch: encoder inputs ``(BATCH, WINDOW + 1)`` and decoder targets ``(BATCH, 7)``."""
+        words = get_batch(self.data if data is None else data, BATCH, T5_WORDS, generator)[0]
         inputs, targets = t5_span_corruption(words, 0.15, 3.0, SENTINELS, generator)
-        logits = self.t5(with_cls(inputs), shift_right(targets, CLS))
+        return with_cls(inputs), targets
+
+    def loss(self, generator, data: torch.Tensor | None = None):
+        sources, targets = self.sources_and_targets(generator, data)
+        logits = self.t5(sources, shift_right(targets, CLS))
         return F.cross_entropy(logits.reshape(-1, VOCAB), targets.reshape(-1))
 
     def backbone(self) -> nn.Module:
@@ -571,24 +351,29 @@ class SpanCorruption(nn.Module):
 
 
 class Electra(nn.Module):
-    """ELECTRA: a small MLM generator (width 32) fills the [MASK]s of 15% of the words with samples; the
-    discriminator (the BERT-size encoder) labels every word as original or replaced. Loss
-    ``L_MLM + ELECTRA_WEIGHT * L_RTD``; the generator gets no gradient from the discriminator."""
+    """ELECTRA: a small pre-LN MLM generator (width 32) fills the [MASK]s of 15% of the words with samples;
+    the discriminator (the pre-LN encoder of ``mlm``) labels every word as original or replaced. Both read
+    the same :class:`Embeddings` (width 64; the generator projects them to 32, and its MLM head is tied to
+    them), as in Clark et al. (2020). Loss ``L_MLM + ELECTRA_WEIGHT * L_RTD``, one loss whose gradient is
+    clipped as a whole (as ELECTRA's released code does); sampling passes no gradient from the
+    discriminator to the generator, but the shared embeddings get the gradients of both losses."""
 
     family = "encoder"
 
     def __init__(self, data: torch.Tensor):
         super().__init__()
         self.data = data
-        self.generator_model = BertForMaskedLM(bert_config(GENERATOR_D_MODEL, GENERATOR_HEADS))
-        self.discriminator = BertEncoder(bert_config())
+        embeddings = Embeddings(D_MODEL)
+        self.discriminator = PreLNEncoder(embeddings, D_MODEL, N_HEADS)
+        self.generator_encoder = PreLNEncoder(embeddings, GENERATOR_D_MODEL, GENERATOR_HEADS)
+        self.generator_head = MLMHead(embeddings, GENERATOR_D_MODEL)
         self.rtd_head = nn.Linear(D_MODEL, 1)
 
-    def loss(self, generator):
-        ids = with_cls(get_batch(self.data, BATCH, WINDOW, generator)[0])
+    def loss(self, generator, data: torch.Tensor | None = None):
+        ids = with_cls(get_batch(self.data if data is None else data, BATCH, WINDOW, generator)[0])
         inputs, labels = mlm_mask(ids, MASK, VOCAB, special_positions(ids), 0.15, generator,
                                   mask_replace_prob=1.0, random_replace_prob=0.0)
-        generator_logits = self.generator_model(inputs)
+        generator_logits = self.generator_head(self.generator_encoder(inputs))
         corrupted, replaced = electra_corrupt(ids, labels, generator_logits, generator)
         rtd_logits = self.rtd_head(self.discriminator(corrupted))[..., 0]
         words = ~special_positions(ids)
@@ -631,17 +416,18 @@ def used_parameters(backbone: nn.Module, ids: torch.Tensor) -> int:
     return sum(p.numel() for p in params.values())
 
 
-def pretrain(objective: nn.Module, steps: int, seed: int) -> dict:
-    """``steps`` AdamW steps (warm-up, cosine decay) on ``objective.loss``. Returns the mean loss of the last
-    10% of the steps, the CPU seconds, and the learning curve: the mean loss (and the mean of each part an
-    objective reports in ``objective.parts``) over every ``CURVE_EVERY`` steps."""
+def pretrain(objective: nn.Module, steps: int, lr: float, seed: int) -> dict:
+    """``steps`` AdamW steps (peak rate ``lr``, warm-up, cosine decay; the gradient of the whole loss clipped
+    to norm 1) on ``objective.loss``. Returns the mean loss of the last 10% of the steps, the CPU seconds, and
+    the learning curve: the mean loss (and the mean of each part an objective reports in ``objective.parts``)
+    over every ``CURVE_EVERY`` steps."""
     start = time.process_time()
     generator = torch.Generator().manual_seed(seed)
-    optimizer = adamw(objective, LR)
+    optimizer = adamw(objective, lr)
     objective.train()
     losses, parts, curve = [], defaultdict(list), []
     for step in range(steps):
-        set_lr(optimizer, warmup_cosine_lr(step, LR, WARMUP, steps))
+        set_lr(optimizer, warmup_cosine_lr(step, lr, WARMUP, steps))
         loss = objective.loss(generator)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
@@ -657,6 +443,16 @@ def pretrain(objective: nn.Module, steps: int, seed: int) -> dict:
     objective.eval()
     return {"final_loss": float(np.mean(losses[-max(1, steps // 10):])), "curve": curve,
             "cpu_seconds": time.process_time() - start}
+
+
+@torch.no_grad()
+def heldout_loss(objective: nn.Module, heldout) -> float:
+    """The pretraining loss on held-out text (``heldout``: a word stream, or NSP pairs for the pair variants):
+    the mean of ``HELDOUT_BATCHES`` batches drawn with one fixed seed, so that every run sees the same
+    windows (and, for the objectives whose noise does not depend on the model, the same masks)."""
+    objective.eval()
+    generator = torch.Generator().manual_seed(HELDOUT_SEED)
+    return float(np.mean([objective.loss(generator, heldout).item() for _ in range(HELDOUT_BATCHES)]))
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -701,9 +497,9 @@ def make_objectives(data: torch.Tensor, pairs: dict) -> dict:
     """Every pretrained variant, by name: (objective factory, what it is)."""
     variants = {
         "clm": (lambda: CausalLM(data), "causal LM (GPT)"),
-        "mlm": (lambda: MaskedLM(data, 0.15), "MLM 15% (BERT)"),
+        "mlm": (lambda: MaskedLM(data, 0.15), "MLM 15% (BERT, pre-LN)"),
+        "mlm_postln": (lambda: MaskedLM(data, 0.15, post_ln=True), "MLM 15% on BERT's post-LN encoder (control)"),
         "t5": (lambda: SpanCorruption(data), "span corruption (T5, encoder-decoder)"),
-        "mlm_preln": (lambda: MaskedLM(data, 0.15, pre_ln=True), "MLM 15% on the pre-LN encoder of the encoder-decoder"),
         "electra": (lambda: Electra(data), "replaced-token detection (ELECTRA)"),
         "nsp": (lambda: NextSentence(pairs, with_nsp=True), "MLM + NSP on segment pairs (BERT)"),
         "pairs": (lambda: NextSentence(pairs, with_nsp=False), "MLM on segment pairs, no NSP"),
@@ -715,7 +511,7 @@ def make_objectives(data: torch.Tensor, pairs: dict) -> dict:
 
 
 EXPERIMENTS = {
-    "objectives": ["clm", "mlm", "mlm_preln", "t5"],
+    "objectives": ["clm", "mlm", "mlm_postln", "t5"],
     "mask_rate": ["mlm_5", "mlm", "mlm_40", "mlm_80"],
     "nsp": ["nsp", "pairs", "mlm"],
     "electra": ["mlm", "electra"],
@@ -745,13 +541,48 @@ def evaluate_downstream(objective: nn.Module, tasks: dict, seed: int) -> list[tu
     return out
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seeds", type=int, default=len(MODEL_SEEDS), help="number of model seeds (default 3)")
-    args = parser.parse_args()
-    torch.set_num_threads(1)
-    start, cpu_start = time.perf_counter(), time.process_time()
-    DATA_DIR.mkdir(parents=True, exist_ok=True)
+def select_lrs(sweep_rows: list[dict]) -> dict[str, float]:
+    """Each swept objective's learning rate: the one of ``SWEEP_LRS`` with the lowest held-out pretraining loss,
+    averaged over the sweep's seeds (a diverged run, NaN, counts as infinite); the variants of ``LR_FROM`` take
+    their source's rate. ``sweep_rows``: the rows of ``pretraining_objectives_sweep.csv``, which must hold every
+    rate of every objective of ``SWEPT`` for the same seeds."""
+    losses, seeds = defaultdict(list), defaultdict(set)
+    for row in sweep_rows:
+        losses[row["variant"], float(row["lr"])].append(float(row["heldout_loss"]))
+        seeds[row["variant"], float(row["lr"])].add(row["seed"])
+    chosen = {}
+    for name in SWEPT:
+        if not seeds[name, SWEEP_LRS[0]] or any(seeds[name, lr] != seeds[name, SWEEP_LRS[0]] for lr in SWEEP_LRS):
+            raise ValueError(f"the sweep does not hold {name!r} at every lr of {SWEEP_LRS} for the same seeds "
+                             f"({ {lr: sorted(seeds[name, lr]) for lr in SWEEP_LRS} }): run the sweep phase first")
+        chosen[name] = min(SWEEP_LRS, key=lambda lr: np.nan_to_num(np.mean(losses[name, lr]), nan=np.inf))
+    return {**chosen, **{name: chosen[source] for name, source in LR_FROM.items()}}
+
+
+def chosen_lrs(out_dir: Path = DATA_DIR) -> dict[str, float]:
+    """:func:`select_lrs` on ``out_dir``'s sweep file, read under the lock that the runs merge under."""
+    with open(Path(tempfile.gettempdir()) / "llmarch-pretraining-objectives.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        with (out_dir / "pretraining_objectives_sweep.csv").open() as f:
+            return select_lrs(list(csv.DictReader(f)))
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Running: one work item per (variant, seed[, lr]), in this process or in worker processes
+# --------------------------------------------------------------------------------------------------------------
+
+HEADERS = {
+    "sweep": ["variant", "lr", "seed", "steps", "final_train_loss", "heldout_loss", "cpu_seconds"],
+    "runs": ["variant", "seed", "lr", "steps", "corpus_words", "flops_per_step", "train_flops", "n_parameters",
+             "n_parameters_backbone", "final_train_loss", "heldout_loss", "mlm_loss_15", "mlm_loss_own_rate",
+             "nsp_accuracy", "pretrain_cpu_seconds", "downstream_cpu_seconds"],
+    "downstream": ["variant", "seed", "task", "method", "accuracy"],
+    "curves": ["variant", "seed", "step", "loss", "generator_mlm", "rtd", "replaced_fraction"],
+}
+CONTEXT: dict = {}   # the corpus, tasks and variants, built once by `build_context` (inherited by workers)
+
+
+def build_context(budget_clm_steps: int) -> dict:
     grammar = default_grammar()
     train_docs, _ = sample_corpus(grammar, TRAIN_DOCS, TRAIN_SEED)
     heldout_docs, _ = sample_corpus(grammar, HELDOUT_DOCS, HELDOUT_SEED)
@@ -759,88 +590,201 @@ def main() -> None:
     heldout = np.concatenate(heldout_docs)
     pairs, heldout_pairs = pair_tensors(train_docs, TRAIN_SEED), pair_tensors(heldout_docs[:300], HELDOUT_SEED)
     tasks = build_tasks(grammar, heldout, np.random.default_rng(TASK_SEED))
-    mlm_eval_ids = tasks["tagging"]["test_ids"]
     variants = make_objectives(data, pairs)
-
     torch.manual_seed(0)
     flops = {name: flops_per_step(factory()) for name, (factory, _) in variants.items()}
-    budget = BUDGET_CLM_STEPS * flops["clm"]
-    steps = {name: round(budget / f) for name, f in flops.items()}
-    print("steps at equal compute:", steps, flush=True)
+    budget = budget_clm_steps * flops["clm"]
+    return {"grammar": grammar, "data": data, "heldout": torch.as_tensor(heldout), "pairs": pairs,
+            "heldout_pairs": heldout_pairs, "tasks": tasks, "variants": variants, "flops": flops,
+            "budget": budget, "steps": {name: round(budget / f) for name, f in flops.items()}}
 
-    run_rows, downstream_rows, curve_rows = [], [], []
-    for seed in MODEL_SEEDS[: args.seeds]:
-        for name, family_of in RANDOM_INIT.items():
-            torch.manual_seed(seed)
-            objective = variants[family_of][0]()
-            for task, method, acc in evaluate_downstream(objective, tasks, seed):
-                downstream_rows.append((name, seed, task, method, f"{acc:.4f}"))
-        for name, (factory, _) in variants.items():
-            torch.manual_seed(seed)
-            objective = factory()
-            result = pretrain(objective, steps[name], seed)
-            extra = {}
-            if isinstance(objective, NextSentence):  # scored on held-out pairs, the format it was trained on
-                for key, rate in (("mlm_loss_15", 0.15), ("mlm_loss_own_rate", objective.mask_prob)):
-                    extra[key] = objective.eval_mlm_loss(heldout_pairs["input_ids"], rate, seed,
-                                                         heldout_pairs["token_type_ids"])
-            elif isinstance(objective, MaskedLM):
-                extra["mlm_loss_15"] = objective.eval_mlm_loss(mlm_eval_ids, 0.15, seed)
-                extra["mlm_loss_own_rate"] = objective.eval_mlm_loss(mlm_eval_ids, objective.mask_prob, seed)
-            if isinstance(objective, NextSentence) and objective.with_nsp:
-                extra["nsp_accuracy"] = objective.nsp_accuracy(heldout_pairs)
-            t0 = time.process_time()
-            results = evaluate_downstream(objective, tasks, seed)
-            if name in ZERO_SHOT:
-                results.append(("grammaticality", "zero_shot", zero_shot_accuracy(objective, tasks["grammaticality"])))
-            for task, method, acc in results:
-                downstream_rows.append((name, seed, task, method, f"{acc:.4f}"))
-            curve_rows += [(name, seed, point["step"], *(f"{point[k]:.4f}" if k in point else "" for k in
-                                                          ("loss", "generator_mlm", "rtd", "replaced_fraction")))
-                           for point in result["curve"]]
-            run_rows.append((name, seed, steps[name], steps[name] * BATCH * WINDOW, flops[name],
-                             steps[name] * flops[name], count_parameters(objective),
-                             used_parameters(objective.backbone(), mlm_eval_ids[:2]), f"{result['final_loss']:.4f}",
-                             *(f"{extra[k]:.4f}" if k in extra else "" for k in
-                               ("mlm_loss_15", "mlm_loss_own_rate", "nsp_accuracy")),
-                             f"{result['cpu_seconds']:.1f}", f"{time.process_time() - t0:.1f}"))
-            print(f"seed {seed} {name:8s} steps {steps[name]:4d} loss {result['final_loss']:.3f} "
-                  + " ".join(f"{k}={v:.3f}" for k, v in extra.items()) + " | "
-                  + " ".join(f"{t[:4]}/{m}={a:.3f}" for t, m, a in results)
-                  + f" ({result['cpu_seconds']:.0f}+{time.process_time() - t0:.0f} s)", flush=True)
 
-    write_csv(DATA_DIR / "pretraining_objectives_runs.csv",
-              ["variant", "seed", "steps", "corpus_words", "flops_per_step", "train_flops", "n_parameters",
-               "n_parameters_backbone", "final_train_loss", "mlm_loss_15", "mlm_loss_own_rate", "nsp_accuracy",
-               "pretrain_cpu_seconds", "downstream_cpu_seconds"], run_rows)
-    write_csv(DATA_DIR / "pretraining_objectives_curves.csv",
-              ["variant", "seed", "step", "loss", "generator_mlm", "rtd", "replaced_fraction"], curve_rows)
-    write_csv(DATA_DIR / "pretraining_objectives_downstream.csv",
-              ["variant", "seed", "task", "method", "accuracy"], downstream_rows)
-    num_noise, num_spans = t5_span_counts(WINDOW, 0.15, 3.0)
+def words_per_example(name: str) -> int:
+    return T5_WORDS if name == "t5" else WINDOW
+
+
+def run_item(item: tuple) -> dict:
+    """One work item: ``("sweep", variant, seed, lr)`` (pretraining and its held-out loss),
+    ``("main", variant, seed, lr)`` (pretraining and every evaluation) or ``("random", name, seed, None)``
+    (the evaluations of a randomly initialised architecture). Returns the rows it adds to each file."""
+    torch.set_num_threads(1)
+    kind, name, seed, lr = item
+    ctx, t0 = CONTEXT, time.process_time()
+    if kind == "random":
+        torch.manual_seed(seed)
+        objective = ctx["variants"][RANDOM_INIT[name]][0]()
+        rows = [(name, seed, task, method, f"{acc:.4f}") for task, method, acc in
+                evaluate_downstream(objective, ctx["tasks"], seed)]
+        print(f"seed {seed} {name}: " + " ".join(f"{r[2][:4]}/{r[3]}={r[4]}" for r in rows), flush=True)
+        return {"downstream": rows, "random_cpu": {f"{name}/{seed}": round(time.process_time() - t0, 1)}}
+    torch.manual_seed(seed)
+    objective = ctx["variants"][name][0]()
+    steps = ctx["steps"][name]
+    result = pretrain(objective, steps, lr, seed)
+    held = heldout_loss(objective, ctx["heldout_pairs"] if isinstance(objective, NextSentence) else ctx["heldout"])
+    if kind == "sweep":
+        print(f"sweep {name:10s} lr {lr:g} seed {seed}: train {result['final_loss']:.4f} held-out {held:.4f} "
+              f"({result['cpu_seconds']:.0f} s)", flush=True)
+        return {"sweep": [(name, f"{lr:g}", seed, steps, f"{result['final_loss']:.4f}", f"{held:.4f}",
+                           f"{result['cpu_seconds']:.1f}")]}
+    extra, tasks = {}, ctx["tasks"]
+    if isinstance(objective, NextSentence):  # scored on held-out pairs, the format it was trained on
+        pairs = ctx["heldout_pairs"]
+        for key, rate in (("mlm_loss_15", 0.15), ("mlm_loss_own_rate", objective.mask_prob)):
+            extra[key] = objective.eval_mlm_loss(pairs["input_ids"], rate, seed, pairs["token_type_ids"])
+        if objective.with_nsp:
+            extra["nsp_accuracy"] = objective.nsp_accuracy(pairs)
+    elif isinstance(objective, MaskedLM):
+        for key, rate in (("mlm_loss_15", 0.15), ("mlm_loss_own_rate", objective.mask_prob)):
+            extra[key] = objective.eval_mlm_loss(tasks["tagging"]["test_ids"], rate, seed)
+    t1 = time.process_time()
+    results = evaluate_downstream(objective, tasks, seed)
+    if name in ZERO_SHOT:
+        results.append(("grammaticality", "zero_shot", zero_shot_accuracy(objective, tasks["grammaticality"])))
+    curve = [(name, seed, point["step"], *(f"{point[k]:.4f}" if k in point else "" for k in HEADERS["curves"][3:]))
+             for point in result["curve"]]
+    flops = ctx["flops"][name]
+    run = (name, seed, f"{lr:g}", steps, steps * BATCH * words_per_example(name), flops, steps * flops,
+           count_parameters(objective), used_parameters(objective.backbone(), tasks["tagging"]["test_ids"][:2]),
+           f"{result['final_loss']:.4f}", f"{held:.4f}",
+           *(f"{extra[k]:.4f}" if k in extra else "" for k in HEADERS["runs"][11:14]),
+           f"{result['cpu_seconds']:.1f}", f"{time.process_time() - t1:.1f}")
+    print(f"seed {seed} {name:10s} lr {lr:g} steps {steps:4d} loss {result['final_loss']:.3f} held-out {held:.3f} "
+          + " ".join(f"{k}={v:.3f}" for k, v in extra.items()) + " | "
+          + " ".join(f"{t[:4]}/{m}={a:.3f}" for t, m, a in results)
+          + f" ({result['cpu_seconds']:.0f}+{time.process_time() - t1:.0f} s)", flush=True)
+    return {"runs": [run], "curves": curve,
+            "downstream": [(name, seed, task, method, f"{acc:.4f}") for task, method, acc in results]}
+
+
+def run_items(items: list[tuple], jobs: int):
+    """Every item, in ``jobs`` one-thread worker processes (forked: they share ``CONTEXT``); yields each item's
+    rows per file as it finishes."""
+    if jobs == 1:
+        yield from map(run_item, items)
+        return
+    with multiprocessing.get_context("fork").Pool(jobs, maxtasksperchild=1) as pool:
+        yield from pool.imap_unordered(run_item, items, chunksize=1)
+
+
+def merge_file(out_dir: Path, name: str, rows: list[tuple], order: list[str]) -> list[dict]:
+    """Rows of ``pretraining_objectives_<name>.csv`` whose key (variant, seed; the sweep's variant, lr, seed)
+    is not in ``rows``, plus ``rows``, sorted by variant (in ``order``) and key; written back and returned."""
+    path = out_dir / f"pretraining_objectives_{name}.csv"
+    header, n_key = HEADERS[name], 3 if name == "sweep" else 2
+    rows = [tuple(str(x) for x in row) for row in rows]
+    rerun = {row[:n_key] for row in rows}
+    if path.exists():
+        with path.open() as f:
+            old = [tuple(r) for r in csv.reader(f)]
+        if old and list(old[0]) != header:
+            raise ValueError(f"{path} has the columns {old[0]}, not {header}: move it away to start afresh")
+        old = old[1:]
+        rows = [r for r in old if r[:n_key] not in rerun] + rows
+    rows.sort(key=lambda r: (order.index(r[0]), *(float(x) for x in r[1:n_key])))
+    write_csv(path, header, rows)
+    return [dict(zip(header, r)) for r in rows]
+
+
+def write_summary(out_dir: Path, files: dict[str, list[dict]], random_cpu: dict, last_run: dict) -> None:
+    """``pretraining_objectives.json`` from the merged result files (and the previous summary's CPU times of
+    the random-init controls that this run did not redo)."""
+    path = out_dir / "pretraining_objectives.json"
+    previous = json.loads(path.read_text()) if path.exists() else {}
+    random_cpu = {**previous.get("random_init_cpu_seconds", {}), **random_cpu}
+    try:
+        lrs = select_lrs(files["sweep"])
+    except ValueError:
+        lrs = None
+    cpu = {"sweep": sum(float(r["cpu_seconds"]) for r in files["sweep"]),
+           "pretrain": sum(float(r["pretrain_cpu_seconds"]) for r in files["runs"]),
+           "downstream": sum(float(r["downstream_cpu_seconds"]) for r in files["runs"]),
+           "random_init": sum(random_cpu.values())}
+    num_noise, num_spans = t5_span_counts(T5_WORDS, 0.15, 3.0)
+    ctx = CONTEXT
     summary = {
-        "variants": {name: description for name, (_, description) in variants.items()},
+        "variants": {name: description for name, (_, description) in ctx["variants"].items()},
         "random_init": RANDOM_INIT,
         "experiments": EXPERIMENTS,
         "zero_shot": list(ZERO_SHOT),
-        "steps": steps, "flops_per_step": flops, "budget_flops": budget,
-        "settings": {"window": WINDOW, "segment": SEGMENT, "vocab": VOCAB, "d_model": D_MODEL, "n_layers": N_LAYERS,
-                     "n_heads": N_HEADS, "generator_d_model": GENERATOR_D_MODEL, "batch": BATCH, "lr": LR,
-                     "warmup": WARMUP, "budget_clm_steps": BUDGET_CLM_STEPS, "electra_weight": ELECTRA_WEIGHT,
-                     "t5_num_noise": num_noise, "t5_num_spans": num_spans, "topics": TOPICS,
-                     "topic_share": TOPIC_SHARE, "doc_words": DOC_WORDS, "train_docs": TRAIN_DOCS,
-                     "train_words": len(data), "nsp_pairs": len(pairs["labels"]),
-                     "nsp_notnext_fraction": pairs["labels"].double().mean().item(),
+        "lr": lrs,
+        "sweep": {"lrs": list(SWEEP_LRS), "seeds": sorted({int(r["seed"]) for r in files["sweep"]}),
+                  "swept": list(SWEPT), "lr_from": LR_FROM,
+                  "selection": "lowest mean held-out pretraining loss over the sweep seeds (ELECTRA: the total "
+                               "loss L_MLM + 50 L_RTD)"},
+        "steps": ctx["steps"], "flops_per_step": ctx["flops"], "budget_flops": ctx["budget"],
+        "settings": {"window": WINDOW, "t5_words": T5_WORDS, "segment": SEGMENT, "vocab": VOCAB,
+                     "d_model": D_MODEL, "n_layers": N_LAYERS, "n_heads": N_HEADS,
+                     "generator_d_model": GENERATOR_D_MODEL, "batch": BATCH, "warmup": WARMUP,
+                     "budget_clm_steps": round(ctx["budget"] / ctx["flops"]["clm"]), "electra_weight": ELECTRA_WEIGHT,
+                     "t5_num_noise": num_noise, "t5_num_spans": num_spans, "heldout_batches": HELDOUT_BATCHES,
+                     "topics": TOPICS, "topic_share": TOPIC_SHARE, "doc_words": DOC_WORDS, "train_docs": TRAIN_DOCS,
+                     "train_words": len(ctx["data"]), "nsp_pairs": len(ctx["pairs"]["labels"]),
+                     "nsp_notnext_fraction": ctx["pairs"]["labels"].double().mean().item(),
                      "tag_train_windows": TAG_TRAIN, "gram_train_windows": GRAM_TRAIN, "test_windows": N_TEST,
                      "zero_shot_train_windows": ZERO_SHOT_TRAIN, "ft_steps": FT_STEPS, "ft_batch": FT_BATCH,
                      "ft_lr": FT_LR, "ft_warmup": FT_WARMUP},
-        "seeds": list(MODEL_SEEDS[: args.seeds]),
-        "baselines": task_baselines(grammar, tasks),
-        "total_seconds": round(time.perf_counter() - start, 1),
-        "total_cpu_seconds": round(time.process_time() - cpu_start, 1),
+        "seeds": sorted({int(r["seed"]) for r in files["runs"]}),
+        "baselines": task_baselines(ctx["grammar"], ctx["tasks"]),
+        "cpu_seconds": {k: round(v, 1) for k, v in cpu.items()},
+        "total_cpu_seconds": round(sum(cpu.values()), 1),
+        "random_init_cpu_seconds": random_cpu,
+        "last_run": last_run,
     }
-    (DATA_DIR / "pretraining_objectives.json").write_text(json.dumps(summary, indent=2) + "\n")
-    print(f"done in {summary['total_cpu_seconds']:.0f} CPU s; results in {DATA_DIR}")
+    path.write_text(json.dumps(summary, indent=2) + "\n")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--phase", choices=("sweep", "main", "all"), default="all",
+                        help="the learning-rate sweep, the main runs (at the rates the sweep file selects), or both")
+    parser.add_argument("--seeds", nargs="+", type=int, default=MODEL_SEEDS, help="model seeds of the main runs")
+    parser.add_argument("--sweep-seeds", nargs="+", type=int, default=SWEEP_SEEDS, help="seeds of the sweep")
+    parser.add_argument("--only", nargs="+", choices=[*make_objectives(None, {}), *RANDOM_INIT], default=(),
+                        help="run only these variants (and random-init controls) and merge them into the files")
+    parser.add_argument("--jobs", type=int, default=1, help="worker processes (one thread each)")
+    parser.add_argument("--budget", type=int, default=BUDGET_CLM_STEPS,
+                        help="compute budget in causal-LM steps (smaller only for a smoke test, with --out)")
+    parser.add_argument("--out", type=Path, default=DATA_DIR, help="folder of the result files")
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    start = time.perf_counter()
+    args.out.mkdir(parents=True, exist_ok=True)
+    CONTEXT.update(build_context(args.budget))
+    print("steps at equal compute:", CONTEXT["steps"], flush=True)
+    order = [*CONTEXT["variants"], *RANDOM_INIT]
+    chosen = set(args.only or order)
+    lock = open(Path(tempfile.gettempdir()) / "llmarch-pretraining-objectives.lock", "w")
+    fcntl.flock(lock, fcntl.LOCK_EX)   # released between the merges, while this process computes
+    files = {name: merge_file(args.out, name, [], order) for name in HEADERS}
+    fcntl.flock(lock, fcntl.LOCK_UN)
+    random_cpu = {}
+    last_run = {"phase": args.phase, "seeds": list(args.seeds), "sweep_seeds": list(args.sweep_seeds),
+                "only": list(args.only), "jobs": args.jobs}
+
+    def run_and_merge(items):  # each item's rows are merged into the files as soon as it finishes
+        for output in run_items(items, args.jobs):
+            random_cpu.update(output.get("random_cpu", {}))
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            for name in HEADERS:
+                files[name] = merge_file(args.out, name, output.get(name, []), order)
+            write_summary(args.out, files, random_cpu, last_run)
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+    if args.phase in ("sweep", "all"):
+        run_and_merge([("sweep", name, seed, lr) for seed in args.sweep_seeds for name in SWEPT
+                       if name in chosen for lr in SWEEP_LRS])
+    if args.phase in ("main", "all"):
+        lrs = select_lrs(files["sweep"])
+        print("learning rates:", lrs, flush=True)
+        run_and_merge([(kind, name, seed, lrs.get(name)) for seed in args.seeds
+                       for kind, names in (("random", RANDOM_INIT), ("main", CONTEXT["variants"]))
+                       for name in names if name in chosen])
+    fcntl.flock(lock, fcntl.LOCK_EX)
+    files = {name: merge_file(args.out, name, [], order) for name in HEADERS}
+    write_summary(args.out, files, random_cpu, {**last_run, "wall_seconds": round(time.perf_counter() - start, 1)})
+    fcntl.flock(lock, fcntl.LOCK_UN)
+    print(f"done in {time.perf_counter() - start:.0f} s; results in {args.out}")
 
 
 if __name__ == "__main__":
