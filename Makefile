@@ -161,7 +161,7 @@ experiments: $(PY_STAMP)
 	$(PY) book/experiments/scaling_study.py
 	$(PY) book/experiments/modern_decoder.py --jobs 2
 	$(PY) book/experiments/induction_heads.py
-	$(PY) book/experiments/pretraining_objectives.py
+	$(PY) book/experiments/pretraining_objectives.py --jobs 2
 	$(PY) book/experiments/t5_diagnostics.py
 	$(PY) book/experiments/pretraining_data.py
 	$(PY) book/experiments/training_at_scale.py
