@@ -1,4 +1,4 @@
-"""The helpers of book/experiments/pretraining_objectives.py and pretraining_tasks.py (read by
+"""The helpers of book/experiments/pretraining_objectives.py, pretraining_models.py and pretraining_tasks.py (read by
 book/pretraining-objectives.md), the fairer design of the experiment (pre-LN encoders, ELECTRA's shared
 embeddings, T5's full-length sources, the learning-rate choice), and the
 consistency of its committed results. Regenerate the results with `make experiments`.
@@ -20,10 +20,13 @@ import pytest
 import torch
 
 from llmarch.data import default_grammar
+from llmarch.layers import TransformerBlock
+from llmarch.model import count_parameters
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "book" / "experiments"))
 po = pytest.importorskip("pretraining_objectives")
+pm = pytest.importorskip("pretraining_models")
 pt = pytest.importorskip("pretraining_tasks")
 
 GRAMMAR = default_grammar()
@@ -253,20 +256,20 @@ TINY_DATA = torch.as_tensor(sample_windows(1, 2000, seed=9)[0])
 
 def test_electra_generator_and_discriminator_share_their_embeddings():
     torch.manual_seed(0)
-    electra = po.Electra(TINY_DATA)
+    electra = pm.Electra(TINY_DATA)
     shared = electra.discriminator.embeddings
     for name in ("tok_emb", "pos_emb", "type_emb", "norm"):
         for part in (electra.generator_encoder.embeddings, electra.generator_head.embeddings):
             for p_gen, p_disc in zip(getattr(part, name).parameters(), getattr(shared, name).parameters()):
                 assert p_gen is p_disc, name
     # the generator reads the width-64 table through a projection to its own width, and its head is tied to it
-    assert electra.generator_encoder.project.weight.shape == (po.GENERATOR_D_MODEL, po.D_MODEL)
+    assert electra.generator_encoder.project.weight.shape == (pm.GENERATOR_D_MODEL, pm.D_MODEL)
     # counted once: the sum over the parts counts the shared embeddings three times
     parts = (electra.discriminator, electra.generator_encoder, electra.generator_head, electra.rtd_head)
     n_shared = sum(p.numel() for p in shared.parameters())
-    assert po.count_parameters(electra) == sum(p.numel() for m in parts for p in m.parameters()) - 2 * n_shared
+    assert count_parameters(electra) == sum(p.numel() for m in parts for p in m.parameters()) - 2 * n_shared
     # one gradient step moves what both networks read: perturbing the shared table changes both outputs
-    ids = po.with_cls(torch.as_tensor(sample_windows(2, po.WINDOW, seed=4)))
+    ids = pt.with_cls(torch.as_tensor(sample_windows(2, pt.WINDOW, seed=4)))
     with torch.no_grad():
         before = electra.generator_head(electra.generator_encoder(ids)), electra.discriminator(ids)
         shared.tok_emb.weight[ids[0, 3]] += 1.0
@@ -276,14 +279,14 @@ def test_electra_generator_and_discriminator_share_their_embeddings():
 
 def test_every_encoder_but_the_control_is_pre_ln():
     torch.manual_seed(0)
-    blocks = {name: [b for b in obj.modules() if isinstance(b, po.TransformerBlock)]
-              for name, obj in (("mlm", po.MaskedLM(TINY_DATA)), ("postln", po.MaskedLM(TINY_DATA, post_ln=True)),
-                                ("electra", po.Electra(TINY_DATA)))}
+    blocks = {name: [b for b in obj.modules() if isinstance(b, TransformerBlock)]
+              for name, obj in (("mlm", pm.MaskedLM(TINY_DATA)), ("postln", pm.MaskedLM(TINY_DATA, post_ln=True)),
+                                ("electra", pm.Electra(TINY_DATA)))}
     assert all(b.norm_first for name in ("mlm", "electra") for b in blocks[name]) and len(blocks["electra"]) == 4
     assert not any(b.norm_first for b in blocks["postln"])
     # pre-LN: the residual stream passes a block unnormalised, so a block whose sublayers output zero is the identity
-    encoder = po.MaskedLM(TINY_DATA).encoder
-    x = torch.randn(2, 5, po.D_MODEL)
+    encoder = pm.MaskedLM(TINY_DATA).encoder
+    x = torch.randn(2, 5, pm.D_MODEL)
     block = encoder.blocks[0]
     with torch.no_grad():
         for p in [*block.attn.parameters(), *block.ffn.parameters()]:
@@ -292,15 +295,15 @@ def test_every_encoder_but_the_control_is_pre_ln():
 
 
 def test_t5_sources_are_as_long_as_the_downstream_inputs():
-    assert po.T5_WORDS == 34
+    assert pm.T5_WORDS == 34
     torch.manual_seed(0)
-    t5 = po.SpanCorruption(TINY_DATA)
+    t5 = pm.SpanCorruption(TINY_DATA)
     sources, targets = t5.sources_and_targets(torch.Generator().manual_seed(1))
-    assert sources.shape == (po.BATCH, po.WINDOW + 1) == (po.BATCH, 32)
+    assert sources.shape == (pm.BATCH, pt.WINDOW + 1) == (pm.BATCH, 32)
     # each source: [CLS], then the 34 words with 5 noise words replaced by 2 sentinels, none padding
-    assert (sources[:, 0] == po.CLS).all()
-    assert ((sources >= po.SENTINELS[0]).sum(1) == 2).all()
-    assert targets.shape == (po.BATCH, 5 + 2)
+    assert (sources[:, 0] == pt.CLS).all()
+    assert ((sources >= pt.SENTINELS[0]).sum(1) == 2).all()
+    assert targets.shape == (pm.BATCH, 5 + 2)
     seen = []  # the encoder's position table is looked up once per pass, for positions 0 .. T-1 of the source
     t5.t5.src_pos_emb.register_forward_hook(lambda module, args, out: seen.append(out.shape[-2]))
     t5.loss(torch.Generator().manual_seed(2))

@@ -32,9 +32,9 @@ import torch.nn.functional as F
 from llmarch.data import default_grammar
 from llmarch.model import shift_right
 from llmarch.objectives import t5_span_corruption
-from pretraining_objectives import (BUDGET_CLM_STEPS, DATA_DIR, HELDOUT_DOCS, HELDOUT_SEED, MODEL_SEEDS, T5_WORDS,
-                                    TASK_SEED, TRAIN_DOCS, TRAIN_SEED, CausalLM, SpanCorruption, chosen_lrs,
-                                    flops_per_step, pretrain)
+from pretraining_models import T5_WORDS, CausalLM, SpanCorruption
+from pretraining_objectives import (BUDGET_CLM_STEPS, DATA_DIR, HELDOUT_DOCS, HELDOUT_SEED, MODEL_SEEDS, TASK_SEED,
+                                    TRAIN_DOCS, TRAIN_SEED, chosen_lrs, flops_per_step, pretrain)
 from pretraining_tasks import (CLS, IGNORE, SENTINELS, VOCAB, WINDOW, accuracy, build_tasks, fit_logistic_regression,
                                sample_corpus)
 from tiny_gpt import write_csv
