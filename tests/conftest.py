@@ -1,6 +1,7 @@
 """Shared test set-up.
 
-Tests marked ``cuda`` are skipped, with a reason, where torch sees no CUDA GPU (the marker alone does that;
+Without a GPU, ``TRITON_INTERPRET=1`` is set for the whole session (see below). Tests marked ``cuda`` are
+skipped, with a reason, where torch sees no CUDA GPU (the marker alone does that;
 a test may still add its own ``skipif`` for other needs, such as triton). ``dask_cluster`` is a real Dask
 cluster on loopback, used by the grader's and the web-data pipeline's ``--scheduler`` tests."""
 
@@ -13,6 +14,12 @@ import time
 from pathlib import Path
 
 import pytest
+
+# Without a CUDA GPU, triton's kernels run only in its interpreter, and triton reads TRITON_INTERPRET once, when it
+# is first imported: by a kernel test, or by torch.utils.flop_counter in any other test. So the variable is set
+# here, before any test module is collected, unless the caller chose; with a GPU the kernels are compiled.
+if "TRITON_INTERPRET" not in os.environ and not any(Path("/dev").glob("nvidia[0-9]*")):
+    os.environ["TRITON_INTERPRET"] = "1"
 
 
 def pytest_collection_modifyitems(config, items):
