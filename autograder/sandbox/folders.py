@@ -65,10 +65,10 @@ _SWEPT: set[tuple[str, str]] = set()  # (parent, prefix) already swept by this p
 def sweep_leftovers(parent: Path | None = None, prefix: str = "llmarch-grade-",
                     min_age: float = STALE_FOLDER_SECONDS) -> list[str]:
     """Remove what a grader killed without cleaning up (SIGKILL, a Dask worker that died) left behind (every
-    ``work_folder`` does this once per process): work folders named ``prefix*`` under ``parent`` (default: the temporary directory) that no process
-    holds locked and that are older than ``min_age`` seconds (each live one is ``flock``-ed by its grader,
-    once its tmpfs is mounted, until it is removed; the kernel drops the lock when the process dies, in any pid
-    namespace), unmounting their tmpfs first; and this grader's sibling cgroups
+    ``work_folder`` does this once per process): work folders named ``prefix*`` under ``parent`` (default: the
+    temporary directory) that no process holds locked and that are older than ``min_age`` seconds (each live one is
+    ``flock``-ed by its grader, once its tmpfs is mounted, until it is removed; the kernel drops the lock when the
+    process dies, in any pid namespace), unmounting their tmpfs first; and this grader's sibling cgroups
     ``llmarch-sandbox-*`` that are empty and older than ``STALE_CGROUP_SECONDS``. Returns what was removed.
     What cannot be removed (a mount or cgroup another namespace holds) is logged and left."""
     folder = Path(parent or tempfile.gettempdir())

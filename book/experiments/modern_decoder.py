@@ -51,7 +51,7 @@ import torch
 from llmarch.data import default_grammar, synthetic_corpus
 from llmarch.layers import swiglu_hidden_size
 from llmarch.model import GPT, GPTConfig, count_parameters
-from llmarch.train import evaluate, train
+from llmarch.train import train
 from length_generalisation import evaluate_length  # sibling script (this folder is on sys.path when run)
 from tiny_gpt import write_csv
 
@@ -246,7 +246,8 @@ def main() -> None:
         "variants": [{"name": name, "change": change, "parent": parent, "config": asdict(configs[name])}
                      for name, change, parent, _ in VARIANTS],
         "lrs": list(LRS), "lr_ladder": list(LR_LADDER), "max_extensions": MAX_EXTENSIONS,
-        "best_lr": {name: best_lr(ablation_rows, name) for name, *_ in VARIANTS}, "steps": STEPS, "early": EARLY, "warmup": WARMUP, "batch_size": BATCH_SIZE,
+        "best_lr": {name: best_lr(ablation_rows, name) for name, *_ in VARIANTS},
+        "steps": STEPS, "early": EARLY, "warmup": WARMUP, "batch_size": BATCH_SIZE,
         "train_tokens_in_corpus": TRAIN_TOKENS, "eval_tokens_scored": EVAL_TOKENS,
         "seeds": {"train_data": TRAIN_SEED, "eval_data": EVAL_SEED, "models": list(MODEL_SEEDS)},
         "entropy_rate": default_grammar().entropy_rate(),

@@ -322,8 +322,10 @@ def build_tasks(grammar: StochasticGrammar, stream: np.ndarray, rng: np.random.G
         "tagging": {"train_ids": with_cls(windows[:TAG_TRAIN]), "train_labels": tags[:TAG_TRAIN],
                     "test_ids": with_cls(windows[TAG_TRAIN:]), "test_labels": tags[TAG_TRAIN:],
                     "n_classes": len(grammar.rules), "pooled": False},
-        "grammaticality": {"train_ids": with_cls(ids[:GRAM_TRAIN]), "train_labels": torch.as_tensor(labels[:GRAM_TRAIN]),
-                           "test_ids": with_cls(ids[GRAM_TRAIN:]), "test_labels": torch.as_tensor(labels[GRAM_TRAIN:]),
+        "grammaticality": {"train_ids": with_cls(ids[:GRAM_TRAIN]),
+                           "train_labels": torch.as_tensor(labels[:GRAM_TRAIN]),
+                           "test_ids": with_cls(ids[GRAM_TRAIN:]),
+                           "test_labels": torch.as_tensor(labels[GRAM_TRAIN:]),
                            "n_classes": 2, "pooled": True},
     }
 
