@@ -24,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import csv
 import io
+import linecache
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -1407,16 +1408,21 @@ def _test_cells(assignment: str) -> dict[str, str]:
     return {item.grade_id: item.source for item in release.auto_items}
 
 
-def _namespace(assignment: str, v: Variant | None = None) -> dict:
+def _namespace(assignment: str, v: Variant | None = None, *, skip: frozenset[str] = frozenset(),
+               cwd: Path | None = None) -> dict:
     """The notebook's namespace after running every cell except the test cells (as phase 1 does before it
-    replaces them), with the variant in its answer cell."""
-    tests = _test_cells(assignment)
+    replaces them) and the cells ``skip``, with the variant in its answer cell, in the folder ``cwd`` (default:
+    this one). Each cell's source is registered with linecache, as IPython does: tracebacks show it, and
+    ``triton.jit`` (ps12) reads a kernel's source from there."""
+    tests = set(_test_cells(assignment)) | set(skip)
     ns = {"__name__": "__main__"}
-    with contextlib.redirect_stdout(io.StringIO()):
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.chdir(cwd or Path.cwd()):
         for cell in _notebook(assignment, v).cells:
             gid = cell.metadata.get("nbgrader", {}).get("grade_id")
             if cell.cell_type == "code" and gid not in tests:
-                exec(compile(cell.source, f"<{assignment}: cell {gid}>", "exec"), ns)  # noqa: S102 - our notebooks
+                filename = f"<{assignment}: cell {gid}{'' if v is None else ': ' + v.name}>"
+                linecache.cache[filename] = (len(cell.source), None, cell.source.splitlines(True), filename)
+                exec(compile(cell.source, filename, "exec"), ns)  # noqa: S102 - our notebooks
     return ns
 
 
@@ -1606,13 +1612,22 @@ def test_twenty_copies_get_identical_rows_through_the_command_line(assignment, t
     v = next(v for v in VARIANTS[assignment] if v.name == CLI_VARIANTS[assignment])
     nb = _notebook(assignment, v)
     subs = tmp_path / "subs"
-    for i in range(20):
-        write(nb, subs / f"student{i:02d}", _notebook_name(assignment))
+    write_copies(nb, subs, _notebook_name(assignment))
     out = tmp_path / "out"
     assert grader_main(["grade", assignment, str(subs), "--out", str(out), "--workers", "2", "--timeout", "20"]) == 0
     rows = read_grades(out)
     assert len(rows) == 20
     assert_copies_identical(rows, assignment, v.loses)
+
+
+COPIES = 20  # "identical rows under 20 names"
+
+
+def write_copies(nb, folder, notebook_name: str) -> None:
+    """``COPIES`` students ``student00``, ``student01``, ... in ``folder``, each with the notebook ``nb`` (what
+    ``assert_copies_identical`` reads back)."""
+    for i in range(COPIES):
+        write(nb, folder / f"student{i:02d}", notebook_name)
 
 
 def read_grades(out) -> dict[str, dict[str, str]]:
@@ -1622,12 +1637,12 @@ def read_grades(out) -> dict[str, dict[str, str]]:
 
 
 def assert_copies_identical(rows: dict[str, dict[str, str]], assignment: str, loses) -> None:
-    """The 20 copies of one notebook (students ``student00``..``student19``) get the same row in every column but
+    """The ``COPIES`` copies of one notebook (``write_copies``) get the same row in every column but
     the name, the id and the timings, are graded, and lose exactly the cells ``loses``."""
     varying = ("student", "id", "seconds", "cpu_seconds")
     same = [{k: val for k, val in row.items() if k not in varying} for name, row in rows.items()
             if name.startswith("student")]
-    assert len(same) == 20 and all(row == same[0] for row in same), same
+    assert len(same) == COPIES and all(row == same[0] for row in same), same
     assert same[0]["status"] == "graded", same[0]
     lost = {gid for gid in assignments.load(assignment).CHECKS if float(same[0][gid]) == 0}
     assert lost == set(loses), (sorted(lost), sorted(loses))

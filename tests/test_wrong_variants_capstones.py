@@ -11,10 +11,8 @@ left its model untrained, which loses exactly the held-out loss.
 
 from __future__ import annotations
 
-import contextlib
 import csv
 import functools
-import io
 from pathlib import Path
 
 import nbformat
@@ -25,8 +23,9 @@ from autograder import assignments
 from autograder.__main__ import main as grader_main
 from autograder.sandbox import bubblewrap_available
 from submissions import release, submission, write
-from test_wrong_variants import (SEEDS, Harness, Variant, _notebook, _test_cells, _visible_failures,
-                                 assert_copies_identical, assert_loses_exactly, read_grades)
+from test_wrong_variants import (SEEDS, Harness, Variant, _test_cells, _visible_failures,
+                                 assert_copies_identical, assert_loses_exactly, read_grades, write_copies)
+from test_wrong_variants import _namespace as _notebook_namespace
 
 ROOT = Path(__file__).resolve().parents[1]
 PS11 = "ps11-train"
@@ -331,14 +330,7 @@ class FastHarness(Harness):
 def _namespace(assignment: str, v: Variant | None = None) -> dict:
     """The notebook's namespace after every cell but the test cells and the training run, executed in the release
     folder (where the notebook finds its data files)."""
-    tests = _test_cells(assignment)
-    ns = {"__name__": "__main__"}
-    with contextlib.redirect_stdout(io.StringIO()), contextlib.chdir(ROOT / "exercises" / assignment):
-        for cell in _notebook(assignment, v).cells:
-            gid = cell.metadata.get("nbgrader", {}).get("grade_id")
-            if cell.cell_type == "code" and gid not in tests and gid != TRAINING[assignment][0]:
-                exec(compile(cell.source, f"<{assignment}: cell {gid}>", "exec"), ns)  # noqa: S102 - our notebooks
-    return ns
+    return _notebook_namespace(assignment, v, skip={TRAINING[assignment][0]}, cwd=ROOT / "exercises" / assignment)
 
 
 @pytest.fixture(scope="module")
@@ -437,8 +429,7 @@ def test_ps11_full_marks_zero_and_twenty_identical_rows_through_the_command_line
     subs = tmp_path / "subs"
     write(submission(PS11, notebook), subs / "solved", notebook)
     write(release(PS11, notebook), subs / "untouched", notebook)
-    for i in range(20):
-        write(submission(PS11, notebook, answers={UNTRAINED.cell: UNTRAINED.source}), subs / f"student{i:02d}", notebook)
+    write_copies(submission(PS11, notebook, answers={UNTRAINED.cell: UNTRAINED.source}), subs, notebook)
     out = tmp_path / "out"
     assert grader_main(["grade", PS11, str(subs), "--out", str(out), "--workers", "2", "--timeout", "240",
                         "--notebook-timeout", "600"]) == 0

@@ -20,11 +20,8 @@ a kernel test, rather than skipping it, if triton was imported without it on suc
 from __future__ import annotations
 
 import ast
-import contextlib
 import functools
-import io
 import json
-import linecache
 import shutil
 from pathlib import Path
 
@@ -37,8 +34,10 @@ from autograder.__main__ import main as grader_main
 from autograder.sandbox import bubblewrap_available
 from submissions import release, submission, write
 from test_wrong_variants import (
-    SEEDS, Harness, Variant, _judge, _notebook, _test_cells, _visible_failures, assert_copies_identical, read_grades,
+    SEEDS, Harness, Variant, _judge, _notebook, _visible_failures, assert_copies_identical, read_grades,
+    write_copies,
 )
+from test_wrong_variants import _namespace as _notebook_namespace
 
 PS12 = "ps12-flash"
 NOTEBOOK = "ps12-flash.ipynb"
@@ -109,18 +108,8 @@ variant("causal dQ without the mask", DQ, {"test_dq"}, (CAUSAL_MASK, "pass"))
 
 
 def _namespace(v: Variant | None = None) -> dict:
-    """The notebook's namespace after every cell but the test cells; each cell's source is registered with
-    linecache, as IPython does, because ``triton.jit`` reads a kernel's source."""
-    tests = _test_cells(PS12)
-    ns = {"__name__": "__main__"}
-    with contextlib.redirect_stdout(io.StringIO()):
-        for cell in _notebook(PS12, v).cells:
-            gid = cell.metadata.get("nbgrader", {}).get("grade_id")
-            if cell.cell_type == "code" and gid not in tests:
-                filename = f"<{PS12}: cell {gid}{'' if v is None else ': ' + v.name}>"
-                linecache.cache[filename] = (len(cell.source), None, cell.source.splitlines(True), filename)
-                exec(compile(cell.source, filename, "exec"), ns)  # noqa: S102 - our notebooks
-    return ns
+    """ps12's namespace after every cell but the test cells (``test_wrong_variants._namespace``)."""
+    return _notebook_namespace(PS12, v)
 
 
 @pytest.fixture(scope="module")
@@ -220,8 +209,7 @@ def test_ps12_full_marks_zero_and_twenty_identical_rows_through_the_command_line
     subs = tmp_path / "subs"
     write(submission(PS12, NOTEBOOK), subs / "solved", NOTEBOOK)
     write(release(PS12, NOTEBOOK), subs / "untouched", NOTEBOOK)
-    for i in range(20):
-        write(submission(PS12, NOTEBOOK, answers={wrong.cell: wrong.source}), subs / f"student{i:02d}", NOTEBOOK)
+    write_copies(submission(PS12, NOTEBOOK, answers={wrong.cell: wrong.source}), subs, NOTEBOOK)
     out = tmp_path / "out"
     assert grader_main(["grade", PS12, str(subs), "--out", str(out), "--workers", "2", "--timeout", "240"]) == 0
     rows = read_grades(out)

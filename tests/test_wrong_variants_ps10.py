@@ -206,8 +206,7 @@ def test_visible_tests_of_callers_fail_when_hidden_ones_do_and_name_the_broken_f
 def test_twenty_copies_get_identical_rows_through_the_command_line(tmp_path):
     v = next(v for v in VARIANTS if v.name == "an overflow does not restart the clean count")
     nb = base._notebook(PS10, v)
-    for i in range(20):
-        write(nb, tmp_path / "subs" / f"student{i:02d}", base._notebook_name(PS10))
+    base.write_copies(nb, tmp_path / "subs", base._notebook_name(PS10))
     out = tmp_path / "out"
     assert grader_main(["grade", PS10, str(tmp_path / "subs"), "--out", str(out), "--workers", "2",
                         "--timeout", "20"]) == 0
