@@ -102,6 +102,17 @@ class Check:
     returns: tuple[str, ...] = ()  # the names of the returned values, for messages: ("n_noise", "n_spans")
 
 
+@dataclass(frozen=True)
+class FailureClass:
+    """One way an answer can be wrong that the hidden checks must meet in every draw (README, "Writing a problem
+    set"): whatever the random generator, the check ``check`` (a grade_id) has at least one case for which
+    ``meets(case)`` holds, so the same bug loses the same points under any seed."""
+
+    name: str
+    check: str
+    meets: Callable[[Case], bool]
+
+
 @dataclass
 class CheckResult:
     passed: bool

@@ -1397,8 +1397,11 @@ def _notebook_name(assignment: str) -> str:
     return assignments.load(assignment).NOTEBOOK
 
 
-def _notebook(assignment: str, v: Variant | None = None) -> nbformat.NotebookNode:
-    """The release notebook with the solution in every answer cell, and the variant in its cell."""
+def _notebook(assignment: str, v: Variant | None = None, answers: dict[str, str] | None = None) -> nbformat.NotebookNode:
+    """The release notebook with the solution in every answer cell, and the variant in its cell; with ``answers``
+    (grade_id -> source for every answer cell), those instead of the solution."""
+    if answers is not None:
+        return submission(assignment, _notebook_name(assignment), answers=answers, solved=False)
     return submission(assignment, _notebook_name(assignment), answers=None if v is None else {v.cell: v.source})
 
 
@@ -1409,15 +1412,15 @@ def _test_cells(assignment: str) -> dict[str, str]:
 
 
 def _namespace(assignment: str, v: Variant | None = None, *, skip: frozenset[str] = frozenset(),
-               cwd: Path | None = None) -> dict:
+               cwd: Path | None = None, answers: dict[str, str] | None = None) -> dict:
     """The notebook's namespace after running every cell except the test cells (as phase 1 does before it
     replaces them) and the cells ``skip``, with the variant in its answer cell, in the folder ``cwd`` (default:
     this one). Each cell's source is registered with linecache, as IPython does: tracebacks show it, and
-    ``triton.jit`` (ps12) reads a kernel's source from there."""
+    ``triton.jit`` (ps12) reads a kernel's source from there. ``answers``: see ``_notebook``."""
     tests = set(_test_cells(assignment)) | set(skip)
     ns = {"__name__": "__main__"}
     with contextlib.redirect_stdout(io.StringIO()), contextlib.chdir(cwd or Path.cwd()):
-        for cell in _notebook(assignment, v).cells:
+        for cell in _notebook(assignment, v, answers).cells:
             gid = cell.metadata.get("nbgrader", {}).get("grade_id")
             if cell.cell_type == "code" and gid not in tests:
                 filename = f"<{assignment}: cell {gid}{'' if v is None else ': ' + v.name}>"

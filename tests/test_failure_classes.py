@@ -1,0 +1,37 @@
+"""Every failure class in every draw (README, "Writing a problem set"): each problem set lists, in its module's
+``FAILURE_CLASSES``, the ways an answer can be wrong that its hidden checks cover, and every draw of the hidden
+cases meets each of them. Random cases vary values, never which classes are covered, so the same bug loses the
+same points under any seed or secret."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from autograder import assignments
+from autograder.checks import FailureClass
+
+DRAWS = range(20)
+WITH_TABLES = [a for a in sorted(assignments.ASSIGNMENTS) if hasattr(assignments.load(a), "FAILURE_CLASSES")]
+
+
+@pytest.mark.parametrize("assignment", WITH_TABLES)
+def test_the_table_names_real_checks_and_covers_every_check(assignment):
+    module = assignments.load(assignment)
+    classes = module.FAILURE_CLASSES
+    assert all(isinstance(c, FailureClass) for c in classes)
+    names = [c.name for c in classes]
+    assert len(names) == len(set(names)), "two failure classes share a name"
+    unknown = {c.check for c in classes} - set(module.CHECKS)
+    assert not unknown, f"failure classes name checks that do not exist: {sorted(unknown)}"
+    uncovered = set(module.CHECKS) - {c.check for c in classes}
+    assert not uncovered, f"checks with no failure class: {sorted(uncovered)}"
+
+
+@pytest.mark.parametrize("assignment", WITH_TABLES)
+def test_every_draw_meets_every_failure_class(assignment):
+    module = assignments.load(assignment)
+    for draw in DRAWS:
+        cases = {gid: check.cases(np.random.default_rng(draw)) for gid, check in module.CHECKS.items()}
+        missed = [c.name for c in module.FAILURE_CLASSES if not any(c.meets(case) for case in cases[c.check])]
+        assert not missed, f"draw {draw} of {assignment} meets no case of: {missed}"
