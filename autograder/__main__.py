@@ -1,9 +1,9 @@
 """Command line of the grader.
 
     python -m autograder generate [ASSIGNMENT ...]          release notebooks: solutions/ -> exercises/ (nbgrader)
-    python -m autograder grade ASSIGNMENT [SUBMISSIONS_DIR --out OUT_DIR] [--course DIR] [--workers N]
+    python -m autograder grade ASSIGNMENT [SUBMISSIONS_DIR --out OUT_DIR] [--course DIR] [--nbgrader-layout] [--workers N]
                                [--timeout SECONDS] [--notebook-timeout SECONDS] [--memory MB] [--seed N]
-                               [--unsafe-no-sandbox] [--only NAME ... | --retry-failed] [--gradebook PATH]
+                               [--secret FILE] [--unsafe-no-sandbox] [--only NAME ... | --retry-failed] [--gradebook PATH]
                                [--roster CSV] [--due TIME] [--extensions CSV] [--late-penalty RATE]
                                [--late-cutoff DURATION] [--scheduler ADDRESS]
     python -m autograder course DIR --exchange DIR [--roster CSV] [--due ASSIGNMENT=TIME ...]
@@ -110,13 +110,17 @@ def grade(args) -> int:
         check_writable(gradebook)  # before anyone is graded
     submissions, term, warnings = gather(folder, args.assignment, notebook, out, gradebook,
                                          Path(args.roster) if args.roster else None,
-                                         Path(args.extensions) if args.extensions else None, args.due)
+                                         Path(args.extensions) if args.extensions else None, args.due,
+                                         args.nbgrader_layout)
     for warning in warnings:
         print(f"warning: {warning}", file=sys.stderr)
     prepare_output_dir(out, args.assignment, template)
+    from autograder import secret
+
+    course_secret = secret.load_or_create(Path(args.secret) if args.secret else secret.default_path(out, gradebook))
     selected = _select(args, submissions, read_rows(out / "grades.csv"), read_pending(out), term)
     options = Options(cell_timeout=args.timeout, notebook_timeout=args.notebook_timeout, memory_mb=args.memory,
-                      seed=args.seed, unsafe_no_sandbox=args.unsafe_no_sandbox)
+                      seed=args.seed, secret=course_secret, unsafe_no_sandbox=args.unsafe_no_sandbox)
     started = time.monotonic()
     results = grade_all(args.assignment, selected, options, args.workers, _progress, scheduler=args.scheduler)
     if not args.only:
@@ -160,6 +164,9 @@ def main(argv=None) -> int:
     gr.add_argument("submissions", nargs="?",
                     help="SUBMISSIONS_DIR/<student>/<notebook>.ipynb, SUBMISSIONS_DIR/<student>.zip, Canvas's "
                          "files, or nbgrader's submitted/<student>/<assignment>/ (default with --course)")
+    gr.add_argument("--nbgrader-layout", action="store_true",
+                    help="SUBMISSIONS_DIR is nbgrader's submitted/<student>/<assignment>/ (the default only inside "
+                         "a course folder; otherwise every entry is read as one student's upload)")
     gr.add_argument("--out", help="the output folder (default with --course: COURSE/grader/ASSIGNMENT)")
     gr.add_argument("--course", metavar="DIR",
                     help="an nbgrader course folder: its submitted/, gradebook.db (roster, due date) and autograded/")
@@ -167,7 +174,11 @@ def main(argv=None) -> int:
     gr.add_argument("--timeout", type=float, default=60.0, help="seconds per cell (default 60)")
     gr.add_argument("--notebook-timeout", type=float, default=300.0, help="seconds per notebook (default 300)")
     gr.add_argument("--memory", type=int, default=2048, help="MB per submission (default 2048)")
-    gr.add_argument("--seed", type=int, default=0, help="seed of the hidden inputs (default 0)")
+    gr.add_argument("--seed", type=int, default=0,
+                    help="mixed with the course's secret into the hidden inputs (default 0)")
+    gr.add_argument("--secret", metavar="FILE",
+                    help="the course's secret, made on first use (default: grader_secret beside the gradebook, else "
+                         "in --out)")
     gr.add_argument("--unsafe-no-sandbox", action="store_true", help="run submissions without bubblewrap")
     again = gr.add_mutually_exclusive_group()
     again.add_argument("--only", action="append", metavar="NAME",

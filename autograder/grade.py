@@ -62,6 +62,7 @@ class Options:
     notebook_timeout: float = 300.0
     memory_mb: int = 2048
     seed: int = 0
+    secret: str = ""  # the course's secret (autograder/secret.py); the command line always sets one
     unsafe_no_sandbox: bool = False
 
 
@@ -127,16 +128,23 @@ def release_template(assignment: str) -> tuple[Template, str]:
     return Template.from_release(release_notebook(assignment)), assignments.load(assignment).NOTEBOOK
 
 
-def _case_rng(seed: int, code_digest: str, grade_id: str) -> np.random.Generator:
-    """The hidden inputs depend on the submitted code, not on who submitted it: the same notebook gets the same
-    inputs (and score) under any name, and every changed submission gets new ones, so feedback from earlier
-    rounds cannot be collected into a table of answers."""
-    digest = hashlib.sha256(f"{seed}/{code_digest}/{grade_id}".encode()).digest()
+def _case_rng(key, code_digest: str, grade_id: str) -> np.random.Generator:
+    """The hidden inputs of one check. ``key`` is the course's secret and the run's ``--seed`` (``_draw_key``), so
+    nothing public predicts them; ``code_digest`` is everything submitted, not who submitted it: the same
+    submission gets the same inputs (and score) under any name, and every changed one gets new ones, so feedback
+    from earlier rounds cannot be collected into a table of answers."""
+    digest = hashlib.sha256(f"{key}/{code_digest}/{grade_id}".encode()).digest()
     return np.random.default_rng(int.from_bytes(digest[:8], "little"))
 
 
-def _code_digest(notebook: nbformat.NotebookNode) -> str:
-    return hashlib.sha256(json.dumps([c.source for c in notebook.cells]).encode()).hexdigest()
+def _draw_key(options: Options):
+    return f"{options.secret}/{options.seed}" if options.secret else options.seed
+
+
+def _code_digest(notebook: nbformat.NotebookNode, siblings: dict[str, bytes] | None = None) -> str:
+    """A digest of the prepared notebook's cells and of every file submitted beside it (name and content)."""
+    files = sorted((name, hashlib.sha256(content).hexdigest()) for name, content in (siblings or {}).items())
+    return hashlib.sha256(json.dumps([[c.source for c in notebook.cells], files]).encode()).hexdigest()
 
 
 def parse_run_record(raw: bytes | None) -> list[dict]:
@@ -272,9 +280,9 @@ def _phase1(assignment: str, student: str, loaded: Loaded, options: Options) -> 
         prepared = prepare(parse_notebook(loaded.notebook), template)
     except InvalidNotebook as err:
         return Phase1Result(student, "invalid-notebook", str(err), list(loaded.notes))
-    digest = _code_digest(prepared.notebook)
+    digest = _code_digest(prepared.notebook, loaded.siblings)
     checks = {item.grade_id: module.CHECKS[item.grade_id] for item in template.auto_items}
-    cases = {gid: check.cases(_case_rng(options.seed, digest, gid)) for gid, check in checks.items()}
+    cases = {gid: check.cases(_case_rng(_draw_key(options), digest, gid)) for gid, check in checks.items()}
     expected = {gid: expected_results(checks[gid], cases[gid], module.TRUSTED_CALLABLES) for gid in checks}
     limits = Limits(wall_seconds=options.notebook_timeout, cpu_seconds=int(options.notebook_timeout) + 30,
                     memory_mb=options.memory_mb, idle_seconds=options.cell_timeout)
@@ -370,6 +378,19 @@ def _phase2(assignment: str, phase1: Phase1Result, options: Options) -> Submissi
                             prepared.answers, phase1.notes, phase1.information, cpu_seconds=run.cpu_seconds)
 
 
+def _judge_one(check, gid: str, cases: list, expected: list, files: dict[str, bytes]) -> CheckResult:
+    """One check's verdict. The captured files are the notebook's data, so anything they make the comparison
+    raise (an integer array where a loss needs floats, a value no verdict foresaw) fails this check, with the
+    reason; it never becomes the grader's error."""
+    try:
+        return judge(check, gid, cases, expected, files)
+    except TimeoutError:
+        raise
+    except Exception as err:  # noqa: BLE001 - see the docstring
+        return CheckResult(False, f"your results for this test could not be judged: {type(err).__name__}: "
+                                  f"{str(err)[:200]}")
+
+
 def _judge_all(template: Template, checks: dict, cases: dict, expected: dict,
                files: dict[str, bytes]) -> tuple[list[ItemResult], str]:
     """Every item's points from the captured outputs, within one time budget; an error message instead of
@@ -379,7 +400,7 @@ def _judge_all(template: Template, checks: dict, cases: dict, expected: dict,
     try:
         with _time_budget(PHASE2_SECONDS):
             for gid, check in checks.items():
-                verdicts[gid] = judge(check, gid, cases[gid], expected[gid], files)
+                verdicts[gid] = _judge_one(check, gid, cases[gid], expected[gid], files)
     except TimeoutError as err:
         problem = str(err)
     else:

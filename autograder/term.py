@@ -20,7 +20,6 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
 
-from autograder import assignments
 from autograder.intake import CANVAS_NAME, Submission, student_name
 from autograder.lateness import parse_time
 
@@ -53,18 +52,11 @@ class Term:
         return self.ids.get(student) or folder_name(student)
 
 
-def is_nbgrader_layout(folder: Path) -> bool:
-    """The layout of nbgrader's ``submitted/``: the folder sits in a course folder (``nbgrader_config.py`` beside
-    it), or some ``<student>/<assignment>/`` of a known assignment holds nbgrader's ``timestamp.txt`` (a student's
-    own sub-folder named like an assignment, in an LMS's export, does not count)."""
-    if (folder.parent / "nbgrader_config.py").exists():
-        return True
-    try:
-        students = [e for e in os.scandir(folder) if e.is_dir(follow_symlinks=False)]
-    except OSError:
-        return False
-    return any((Path(student.path) / name / "timestamp.txt").is_file()
-               for student in students for name in assignments.ASSIGNMENTS)
+def is_nbgrader_layout(folder: Path, declared: bool = False) -> bool:
+    """Whether ``folder`` is read as nbgrader's ``submitted/``: when the instructor says so (``--nbgrader-layout``)
+    or the folder sits in a course folder (``nbgrader_config.py`` beside it). Never decided by what an entry
+    holds: one student's upload shaped like nbgrader's layout must not change how the others are read."""
+    return declared or (folder.parent / "nbgrader_config.py").exists()
 
 
 def _small_text(path: Path) -> str | None:
@@ -190,7 +182,7 @@ def gradebook_assignment(path: Path, assignment: str) -> tuple[datetime | None, 
 
 
 def gather(folder: Path, assignment: str, notebook: str, out: Path, gradebook: Path | None,
-           roster_csv: Path | None, extensions_csv: Path | None, due: str | None):
+           roster_csv: Path | None, extensions_csv: Path | None, due: str | None, nbgrader_layout: bool = False):
     """Every submission of ``assignment`` in ``folder`` (nbgrader's layout or an LMS's), and the ``Term``:
     times, LMS ids, roster (gradebook's and CSV's), the students without a submission, the due date (``due``,
     else the gradebook's) and extensions. -> (submissions, term, warnings)."""
@@ -198,7 +190,7 @@ def gather(folder: Path, assignment: str, notebook: str, out: Path, gradebook: P
     from autograder.lateness import read_extensions
 
     term = Term()
-    if is_nbgrader_layout(folder):
+    if is_nbgrader_layout(folder, nbgrader_layout):
         submissions, term.submitted_at, absent, warnings = nbgrader_submissions(folder, assignment)
         term.submitted_from = {s: sub.path for s, sub in submissions.items() if sub.kind == "folder"}
         term.ids = {s: s for s in [*submissions, *absent] if "/" not in s and s.isprintable()}

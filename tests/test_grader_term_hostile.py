@@ -196,7 +196,7 @@ def test_nbgrader_layout_reads_only_the_assignment_and_never_follows_links(tmp_p
     (subs / "secret").mkdir()
     unreadable(subs / "secret", PS)
     (subs / "secret" / PS / "timestamp.txt").symlink_to("/etc/hostname")
-    assert grade(subs, out, "--due", "2026-01-01 00:00 UTC", "--late-penalty", "50%/day") == 0
+    assert grade(subs, out, "--nbgrader-layout", "--due", "2026-01-01 00:00 UTC", "--late-penalty", "50%/day") == 0
     rows = rows_of(out)
     assert rows["only-ps2"]["status"] == "missing" and rows["only-ps2"]["manual_pending"] == "0"
     assert rows["linked"]["status"] == "invalid-notebook" and "symbolic link" in rows["linked"]["detail"]
@@ -253,6 +253,23 @@ def test_canvas_files_keep_their_user_id_late_marker_and_roster_identity(tmp_pat
         moodle = list(csv.reader(f))
     assert moodle[0] == ["Email address", "ID number", PS]
     assert sorted(r[1] for r in moodle[1:]) == ["asmith", "bjones", "nned"] and {r[2] for r in moodle[1:]} == {"0"}
+
+
+def test_one_upload_shaped_like_nbgraders_layout_does_not_decide_how_the_batch_is_read(tmp_path):
+    """README, "Grading": every entry of the folder ends in exactly one row or one printed warning. The layout is
+    the instructor's choice (a course folder, or --nbgrader-layout), never a student's: here one upload holds
+    ps1-attention/timestamp.txt, as nbgrader's submitted/ would, and the others are still read as uploads."""
+    subs, out = tmp_path / "subs", tmp_path / "out"
+    unreadable(subs / "mallory", PS)
+    (subs / "mallory" / PS / "timestamp.txt").write_text("2026-01-01 00:00:00 UTC")
+    for name in ("amy", "bo", "cy"):
+        unreadable(subs, name)
+    (subs / "dee.zip").write_bytes(b"not a zip")
+    assert grade(subs, out) == 0
+    rows = rows_of(out)
+    assert {n: r["status"] for n, r in rows.items()} == {n: "invalid-notebook" for n in
+                                                         ("mallory", "amy", "bo", "cy", "dee")}
+    assert all(r["submitted_at"] == "" for r in rows.values())  # a student's file is never nbgrader's time
 
 
 def test_an_lms_folder_with_a_subfolder_named_like_the_assignment_is_not_taken_for_nbgrader(tmp_path):
