@@ -777,3 +777,39 @@ def test_ps7_torch_answers_pass_visible_and_hidden_tests_and_float32_fails_both_
     failures = _visible_failures("ps7-modern", ns, cells)
     assert set(failures) == set(cells) and all("float32" in m for m in failures.values()), failures
     assert harnesses("ps7-modern").lost(ns, 0) == set(cells)
+
+
+# -- 10. Statuses never come from the notebook's files: an answer that makes judging raise fails its own check ---
+
+def test_an_answer_that_makes_the_comparison_raise_fails_that_check_not_the_submission():
+    """README, "Phase 2": everything the sandbox left behind is untrusted data. A captured result the judge cannot
+    handle (the red team's int64 logits made a cross-entropy raise) is that check's failure, with the reason; it
+    never turns the submission's status into grader-error."""
+    import numpy as np
+
+    from autograder.checks import OUTPUTS, Case, Check
+    from autograder.grade import _judge_one
+
+    def loss_verdict(cases, returned):
+        import torch
+        import torch.nn.functional as F
+
+        logits = torch.as_tensor(returned[0][0])
+        return None if float(F.cross_entropy(logits, torch.zeros(len(logits), dtype=torch.long))) < 10 else "high"
+
+    check = Check("logits", lambda rng: [Case((np.zeros(2),))], lambda x: np.zeros((2, 3)), verdict=loss_verdict)
+    files = {f"{OUTPUTS}/t/case0_out0.npy": _npy(np.zeros((2, 3), dtype=np.int64))}
+    result = _judge_one(check, "t", check.cases(None), [np.zeros((2, 3))], files)
+    assert not result.passed and result.message.startswith("your results for this test could not be judged: ")
+    files = {f"{OUTPUTS}/t/case0_out0.npy": _npy(np.zeros((2, 3)))}
+    assert _judge_one(check, "t", check.cases(None), [np.zeros((2, 3))], files).passed
+
+
+def _npy(array) -> bytes:
+    import io
+
+    import numpy as np
+
+    buffer = io.BytesIO()
+    np.save(buffer, array, allow_pickle=False)
+    return buffer.getvalue()
