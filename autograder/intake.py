@@ -54,15 +54,29 @@ class Loaded:
     detail: str = ""
 
 
+HASH_SUFFIX = re.compile(r" \[[0-9a-f]{8}\]$")
+
+
 def student_name(entry_name: str) -> str:
     """A printable, unique student name for a file name: names that are not valid UTF-8 or hold control
     characters are shown with replacement characters and a short hash of the real name, e.g.
-    ``student_name("b\\udcffob")`` -> ``"b\ufffdob [5a1c…]"``."""
+    ``student_name("b\\udcffob")`` -> ``"b\ufffdob [5a1c…]"``. A name that already ends like such a hash gets one
+    too, so no folder can be named as another student's printed name."""
     clean = entry_name.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
     clean = "".join(ch if ch.isprintable() else "?" for ch in clean)
-    if clean != entry_name:
+    if clean != entry_name or HASH_SUFFIX.search(clean):
         clean += f" [{hashlib.sha256(os.fsencode(entry_name)).hexdigest()[:8]}]"
     return clean
+
+
+def _distinct(name: str, entry_name: str, taken: dict, warnings: list[str]) -> str:
+    """``name``, or, when another entry already has that printed name (two short hashes that collide), the name
+    with the whole hash of the real one, and a warning: two entries never share one row."""
+    if name not in taken:
+        return name
+    distinct = f"{name} [{hashlib.sha256(os.fsencode(entry_name)).hexdigest()}]"
+    warnings.append(f"{name}: two entries print as this name; this one is graded as {distinct}")
+    return distinct
 
 
 def find_submissions(folder: Path, notebook: str, exclude: Path | None = None) -> tuple[dict[str, Submission], list[str]]:
@@ -84,11 +98,11 @@ def find_submissions(folder: Path, notebook: str, exclude: Path | None = None) -
             warnings.append(f"{name}: skipped, it is the output folder")
             continue
         if entry.is_symlink():
-            stem = name[:-4] if name.lower().endswith(".zip") else name
+            stem = _distinct(name[:-4] if name.lower().endswith(".zip") else name, entry.name, found, warnings)
             found[stem] = Submission(path, "link", f"{name} is a symbolic link (to {os.readlink(entry.path)[:200]}); "
                                                    "the grader never follows links")
         elif entry.is_dir(follow_symlinks=False):
-            found[name] = Submission(path, "folder")
+            found[_distinct(name, entry.name, found, warnings)] = Submission(path, "folder")
         elif entry.is_file(follow_symlinks=False) and name.lower().endswith(".zip"):
             stem = name[:-4]
             if stem in found:  # sorted: a folder "alice" comes before "alice.zip"

@@ -45,6 +45,22 @@ def grade(subs: Path, out: Path, *extra: str) -> int:
 
 # -- Identity ----------------------------------------------------------------------------------------------------
 
+def test_a_folder_named_as_another_students_printed_name_gets_a_row_of_its_own(tmp_path):
+    """README, "Grading": every entry of the folder ends in exactly one row. A folder literally named as the grader
+    prints a non-UTF-8 name ("caf\ufffd [dafd66c0]") once overwrote that student's entry."""
+    from autograder.intake import student_name
+
+    subs, out = tmp_path / "subs", tmp_path / "out"
+    raw = os.fsdecode(b"caf\xe9")
+    unreadable(subs, raw)
+    unreadable(subs, student_name(raw))
+    unreadable(subs, student_name(student_name(raw)))
+    assert grade(subs, out) == 0
+    rows = rows_of(out)
+    assert len(rows) == 3 and {r["status"] for r in rows.values()} == {"invalid-notebook"}
+    assert len({r["id"] for r in rows.values()}) == 3
+
+
 def test_ids_are_distinct_for_names_built_to_collide():
     names = ["a b", "a_b", folder_name("a b"), folder_name(folder_name("a b")), "x" * 200, "x" * 201,
              ".hidden", "_.hidden", "-" + "0" * 10, "0" * 10]
