@@ -2,13 +2,17 @@
 machine's GPU, against PyTorch's FlashAttention backend.
 
 Only where the grading machine has CUDA, the grader (``grade.py``) starts, after the graded run and in a sandbox
-of its own that sees the GPU, ``python /grader/gpu_benchmark.py NOTEBOOK`` (this file, copied read-only). It runs
-the prepared notebook's code cells but the test cells (the set-up cell sees the GPU, so the kernels are
-compiled, not interpreted), launches the student's kernels as the notebook's launchers do on :data:`SHAPES`,
-checks each result against ``scaled_dot_product_attention`` in float32 on a slice, times it with triton's
-``do_bench`` and writes :data:`RESULT_FILE`. The grader reads that file with :func:`read_rows` (it was written
+of its own that sees the GPU, ``python /grader/gpu_benchmark.py /grader/program.py`` (this file and the program,
+both read-only). The program is built by trusted code (:func:`kernel_program`): the release's set-up cell, then
+only the *definitions* of the submission's Triton kernels, taken from its cells' sources. No other statement of
+the notebook runs, so nothing the notebook does can write the result or end the process early, and a result file
+left by the graded run is deleted first. On the GPU the kernels' bodies are compiled, never run as Python.
+This script launches them as the notebook's launchers do on :data:`SHAPES`, checks each result against
+``scaled_dot_product_attention`` in float32 on a slice, times it with triton's ``do_bench`` and writes
+:data:`RESULT_FILE` into its working folder. The grader reads that file with :func:`read_rows` (it was written
 inside the sandbox, so it is checked and bounded, and it can only change what this student's feedback shows) and
 shows :func:`feedback_lines`. Nothing here changes a grade; any failure becomes "benchmark skipped: <reason>".
+(In triton's interpreter, ``--cpu-test``, a kernel's body does run as Python: that mode is for the course's tests.)
 
 The student's kernels take float32 (the notebook's contract: exact float32 ``tl.dot``); PyTorch's flash backend
 takes only 16-bit inputs, so the peer runs in float16 on the same values (cast once, outside the timing).
@@ -22,6 +26,7 @@ Book: Efficient attention, "GPU paths".
 """
 
 import argparse
+import ast
 import json
 import math
 import os
@@ -36,6 +41,7 @@ BACKWARD_FACTOR = 2.5
 TOLERANCE = 1e-3  # rtol and atol against float32 SDPA; a correct float32 kernel is near 1e-5
 MAX_ROWS = 32
 PASSES = ("forward", "backward")
+SETUP_CELL = "setup"  # the grade_id of the release's read-only set-up cell (imports triton, tl, torch)
 
 
 def attention_flops(b: int, h: int, t: int, d: int, causal: bool, backward: bool = False) -> float:
@@ -244,23 +250,44 @@ def feedback_lines(rows: list[dict] | str) -> list[str]:
 # -- In the sandbox ------------------------------------------------------------------------------------------------
 
 
-def notebook_namespace(notebook: str) -> dict:
-    """Run the prepared notebook's code cells, except the grader's test cells, in an IPython shell (as the
-    runner does: magics work, and ``triton.jit`` finds each kernel's source) and return its namespace; a cell
-    that raises stops here with its error."""
-    from IPython.core.interactiveshell import InteractiveShell
+def _is_kernel_definition(node: ast.stmt) -> bool:
+    """A top-level ``@triton.jit`` function whose definition evaluates nothing of the student's: defaults are
+    literals and annotations ``tl.constexpr`` (both are evaluated when the ``def`` runs; the body is not)."""
+    if not isinstance(node, ast.FunctionDef) or [ast.unparse(d) for d in node.decorator_list] != ["triton.jit"]:
+        return False
+    args = node.args
+    every = [*args.posonlyargs, *args.args, *args.kwonlyargs, *filter(None, (args.vararg, args.kwarg))]
+    annotations = [a.annotation for a in every if a.annotation is not None] + [node.returns] * bool(node.returns)
+    defaults = [*args.defaults, *filter(None, args.kw_defaults)]
+    return (all(ast.unparse(a) == "tl.constexpr" for a in annotations)
+            and all(isinstance(d, ast.Constant) for d in defaults))
 
-    with open(notebook, encoding="utf-8") as f:
-        cells = [c for c in json.load(f)["cells"] if c["cell_type"] == "code"
-                 and not c.get("metadata", {}).get("grader", {}).get("capture")]
-    shell = InteractiveShell.instance()
-    for number, cell in enumerate(cells, 1):
-        source = "".join(cell["source"]) if isinstance(cell["source"], list) else cell["source"]
-        result = shell.run_cell(source, silent=True)
-        error = result.error_before_exec or result.error_in_exec
-        if error is not None:
-            raise RuntimeError(f"code cell {number} of the notebook raised {_describe(error)}")
-    return shell.user_ns
+
+def kernel_program(setup: str, cells: list[str]) -> str:
+    """The only code the benchmark runs: the release's set-up cell ``setup``, then, from the submission's code
+    cells ``cells``, every top-level ``@triton.jit`` definition (:func:`_is_kernel_definition`) and nothing else.
+    A cell that does not parse contributes nothing."""
+    parts = [setup]
+    for source in cells:
+        try:
+            tree = ast.parse(source)
+        except (SyntaxError, ValueError, RecursionError):
+            continue
+        parts += [ast.unparse(node) for node in tree.body if _is_kernel_definition(node)]
+    return "\n\n\n".join(parts) + "\n"
+
+
+def program_namespace(path: str) -> dict:
+    """Run the program at ``path`` (compiled with its file name, so that ``triton.jit`` finds each kernel's
+    source) and return its namespace; an error stops here with its message."""
+    with open(path, encoding="utf-8") as f:
+        source = f.read()
+    ns = {"__name__": "__benchmark__"}
+    try:
+        exec(compile(source, path, "exec"), ns)  # noqa: S102 - built by kernel_program: set-up and definitions
+    except Exception as err:  # noqa: BLE001 - any failure is the reason shown
+        raise RuntimeError(f"defining the kernels raised {_describe(err)}") from None
+    return ns
 
 
 def _cpu_timer(fn) -> float:
@@ -277,18 +304,18 @@ def _plain_sdpa(q, k, v, causal):
 
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("notebook")
+    parser.add_argument("program", help="the set-up and kernel definitions written by kernel_program")
     parser.add_argument("--cpu-test", nargs=4, type=int, metavar=("B", "H", "T", "D"),
                         help="for the course's tests: one small shape on the CPU (triton's interpreter), timed "
                              "once with a clock, against plain SDPA")
     args = parser.parse_args(argv)
-    out = os.path.join(os.path.dirname(os.path.abspath(args.notebook)), RESULT_FILE)
+    out = os.path.abspath(RESULT_FILE)  # in the working folder
     try:
         import torch
 
         if args.cpu_test is None and not torch.cuda.is_available():
             raise RuntimeError("the benchmark's sandbox sees no CUDA GPU")
-        ns = notebook_namespace(args.notebook)
+        ns = program_namespace(args.program)
         if args.cpu_test is None:
             rows = measure(ns, "cuda")
         else:

@@ -27,9 +27,11 @@ import contextlib
 import hashlib
 import json
 import multiprocessing
+import os
 import shutil
 import signal
 import sys
+import tempfile
 import threading
 import time
 import traceback
@@ -46,6 +48,7 @@ from autograder.checks import CheckResult, captured_files, expected_results, jud
 from autograder.intake import MAX_SIBLING_BYTES, Loaded, Submission, load
 from autograder.notebooks import InvalidNotebook, Prepared, Template, parse_notebook, prepare
 from autograder.sandbox import Limits, SandboxResult, read_result_file, run_sandboxed, work_folder
+from autograder.sandbox.removal import _remove_tree as remove_tree  # whatever the notebook left: a file, a link, a tree
 
 PACKAGE = Path(__file__).resolve().parent
 ROOT = PACKAGE.parent
@@ -309,25 +312,40 @@ def _phase1(assignment: str, student: str, loaded: Loaded, options: Options) -> 
                  for name, limit in captured_files(check, gid, expected[gid]).items()}
         files = _collect(workdir, names)
         cells = parse_run_record(read_result_file(workdir, ".grader-run.json", MAX_RUN_RECORD_BYTES))
-        information = _gpu_benchmark(workdir, options) if getattr(module, "GPU_BENCHMARK", False) else []
+        information = (_gpu_benchmark(workdir, options, benchmark_program(template, prepared))
+                       if getattr(module, "GPU_BENCHMARK", False) else [])
     return Phase1Result(student, "", "", notes, prepared, cases, expected, run, files, cells, information)
 
 
 BENCHMARK_LIMITS = Limits(wall_seconds=300.0, cpu_seconds=300, memory_mb=16384, max_processes=256)
 
 
-def _gpu_benchmark(workdir: Path, options: Options, cuda_available: bool | None = None) -> list[str]:
+def benchmark_program(template: Template, prepared: Prepared) -> str:
+    """What the GPU benchmark runs (``gpu_benchmark.kernel_program``): the release's set-up cell and the Triton
+    kernel definitions of the submission's code cells, nothing else of the notebook."""
+    cells = [c.source for c in prepared.notebook.cells if c.cell_type == "code" and "grader" not in c.metadata]
+    return gpu_benchmark.kernel_program(template.protected[gpu_benchmark.SETUP_CELL].source, cells)
+
+
+def _gpu_benchmark(workdir: Path, options: Options, program: str, cuda_available: bool | None = None) -> list[str]:
     """The feedback's information lines on the speed of the kernels (``gpu_benchmark.py``): where this machine
-    has CUDA, a second sandboxed run, after the graded one and apart from it, that sees the GPU's device files;
+    has CUDA, a second sandboxed run, after the graded run and apart from it, that sees the GPU's device files and
+    runs only ``program`` (``benchmark_program``), read-only, after any result file the graded run left is deleted;
     its outcome changes no point and no status, and any failure is one line "benchmark skipped: ..."."""
     try:
         if not (_torch_cuda_available() if cuda_available is None else cuda_available):
             return [gpu_benchmark.NO_GPU]
+        remove_tree(workdir / gpu_benchmark.RESULT_FILE)
         devices = tuple(sorted(str(p) for p in Path("/dev").glob("nvidia*")))
-        run = run_sandboxed(
-            [sys.executable, "/grader/gpu_benchmark.py", f"/submission/{NOTEBOOK_IN_SANDBOX}"], workdir,
-            BENCHMARK_LIMITS, ro_binds={PACKAGE / "gpu_benchmark.py": "/grader/gpu_benchmark.py"},
-            devices=devices, unsafe_no_sandbox=options.unsafe_no_sandbox)
+        with tempfile.TemporaryDirectory() as folder:
+            os.chmod(folder, 0o755)
+            path = Path(folder) / "program.py"
+            path.write_text(program, encoding="utf-8")
+            path.chmod(0o644)
+            run = run_sandboxed(
+                [sys.executable, "/grader/gpu_benchmark.py", "/grader/program.py"], workdir, BENCHMARK_LIMITS,
+                ro_binds={PACKAGE / "gpu_benchmark.py": "/grader/gpu_benchmark.py", path: "/grader/program.py"},
+                devices=devices, unsafe_no_sandbox=options.unsafe_no_sandbox)
         raw = read_result_file(workdir, gpu_benchmark.RESULT_FILE, 2**16)
         if raw is None and run.killed_by:
             return [f"benchmark skipped: it was stopped ({run.killed_by} limit of the benchmark's sandbox)"]

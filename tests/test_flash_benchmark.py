@@ -18,7 +18,7 @@ import nbformat
 import pytest
 
 from autograder import gpu_benchmark as gb
-from autograder.grade import NOTEBOOK_IN_SANDBOX, Options, _gpu_benchmark, release_template
+from autograder.grade import Options, _gpu_benchmark, benchmark_program, release_template
 from autograder.notebooks import prepare
 from autograder.sandbox import Limits, bubblewrap_available, run_sandboxed
 from submissions import submission
@@ -91,29 +91,78 @@ def test_a_missing_backward_is_said_so(interpreter):
     assert "student_tflops" in rows["forward", False]
 
 
-def _prepared_solution(folder: Path) -> Path:
+def _program(nb: nbformat.NotebookNode) -> str:
+    """What the grader hands the benchmark for this submission (``grade.benchmark_program``)."""
     template, _ = release_template(PS12)
-    path = folder / NOTEBOOK_IN_SANDBOX
-    nbformat.write(prepare(submission(PS12, NOTEBOOK), template).notebook, path)
-    return path
+    return benchmark_program(template, prepare(nb, template))
 
 
-def test_the_script_runs_the_prepared_notebook_end_to_end_on_cpu(tmp_path):
-    """``gpu_benchmark.py`` as the sandbox starts it, but with ``--cpu-test`` (one small shape in the interpreter):
-    it runs the notebook's cells itself, in a fresh process, and writes rows the grader accepts."""
-    notebook = _prepared_solution(tmp_path)
-    result = subprocess.run([sys.executable, str(ROOT / "autograder" / "gpu_benchmark.py"), str(notebook),
-                             "--cpu-test", *map(str, SHAPE)], capture_output=True, text=True, timeout=300)
+def _run_script(tmp_path, program: str) -> subprocess.CompletedProcess:
+    """``gpu_benchmark.py`` as the sandbox starts it, in ``tmp_path``, but with ``--cpu-test`` (one small shape in
+    the interpreter)."""
+    (tmp_path / "program.py").write_text(program)
+    return subprocess.run([sys.executable, str(ROOT / "autograder" / "gpu_benchmark.py"), "program.py",
+                           "--cpu-test", *map(str, SHAPE)], capture_output=True, text=True, timeout=300, cwd=tmp_path)
+
+
+def test_the_script_runs_the_kernel_program_end_to_end_on_cpu(tmp_path):
+    """It defines the kernels itself, in a fresh process, and writes rows the grader accepts."""
+    result = _run_script(tmp_path, _program(submission(PS12, NOTEBOOK)))
     assert result.returncode == 0, result.stderr[-3000:]
     rows = gb.read_rows((tmp_path / gb.RESULT_FILE).read_bytes())
     assert isinstance(rows, list) and len(rows) == 4 and all(row["student_tflops"] > 0 for row in rows), rows
 
 
+FORGE = """
+import json, os
+json.dump([{"pass": "forward", "shape": [4, 16, 1024, 64], "causal": False, "student_tflops": 9999.0,
+            "peer_tflops": 1.0}], open(".grader-benchmark.json", "w"))
+os._exit(0)
+"""
+TRAPS = """
+
+def helper(x):
+    os._exit(0)
+
+
+@triton.jit
+def with_default(X, n=os._exit(0)):
+    pass
+
+
+@triton.jit
+def with_annotation(X: os._exit(0)):
+    pass
+
+
+@helper
+def decorated(X):
+    pass
+"""
+
+
+def test_no_statement_of_the_notebook_but_its_kernel_definitions_reaches_the_benchmark(tmp_path):
+    """README: the benchmark's figures are a measurement, not the submission's report. The red team's cell that
+    writes the result file and ends the process (9999 TFLOP/s in the feedback) is not run, nor is a forged
+    decorator, a default or an annotation that would run code when the kernel is defined."""
+    nb = submission(PS12, NOTEBOOK, extra_cells=[FORGE])
+    kernel_cell = next(c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == "flash_fwd_kernel")
+    kernel_cell.source = FORGE + "\n" + kernel_cell.source + TRAPS
+    program = _program(nb)
+    assert "_exit" not in program and "json" not in program and "def flash_fwd_kernel" in program
+    result = _run_script(tmp_path, program)
+    assert result.returncode == 0, result.stderr[-3000:]
+    rows = gb.read_rows((tmp_path / gb.RESULT_FILE).read_bytes())
+    assert isinstance(rows, list) and len(rows) == 4 and all(row["student_tflops"] < 9999 for row in rows), rows
+
+
 @pytest.mark.skipif(not bubblewrap_available(), reason="bubblewrap (Debian package) is not installed")
-def test_in_the_sandbox_without_a_gpu_the_benchmark_says_why_it_skipped(tmp_path):
-    _prepared_solution(tmp_path)
-    assert _gpu_benchmark(tmp_path, Options(), cuda_available=False) == [gb.NO_GPU]
-    lines = _gpu_benchmark(tmp_path, Options(), cuda_available=True)  # as if the grader saw a GPU
+def test_in_the_sandbox_without_a_gpu_the_benchmark_says_why_it_skipped_and_a_stale_result_is_gone(tmp_path):
+    program = _program(submission(PS12, NOTEBOOK))
+    assert _gpu_benchmark(tmp_path, Options(), program, cuda_available=False) == [gb.NO_GPU]
+    (tmp_path / gb.RESULT_FILE).write_text('[{"pass": "forward", "shape": [4, 16, 1024, 64], "causal": false, '
+                                           '"student_tflops": 9999.0, "peer_tflops": 1.0}]')  # left by phase 1
+    lines = _gpu_benchmark(tmp_path, Options(), program, cuda_available=True)  # as if the grader saw a GPU
     assert lines == ["benchmark skipped: RuntimeError: the benchmark's sandbox sees no CUDA GPU"], lines
 
 
@@ -167,8 +216,8 @@ def test_the_feedback_lines_name_the_shape_the_speeds_and_the_ratio():
 def test_on_a_gpu_the_solution_gets_its_tflops_in_the_feedback(tmp_path):
     """The whole path where the grading machine has CUDA: the second sandboxed run sees the GPU, compiles the
     solution's kernels and times them against SDPA's flash backend on every shape, both passes."""
-    _prepared_solution(tmp_path)
-    lines = _gpu_benchmark(tmp_path, Options(unsafe_no_sandbox=not bubblewrap_available()))
+    lines = _gpu_benchmark(tmp_path, Options(unsafe_no_sandbox=not bubblewrap_available()),
+                           _program(submission(PS12, NOTEBOOK)))
     print("\n".join(lines))
     assert len(lines) == 1 + 2 * 2 * len(gb.SHAPES), lines
     assert all("TFLOP/s" in line and "skipped" not in line for line in lines[1:]), lines
