@@ -14,6 +14,7 @@ import nbformat
 from nbformat.v4 import new_code_cell, new_notebook
 
 MAX_NOTEBOOK_BYTES = 20 * 2**20  # after its outputs are removed (the file itself may have up to intake.MAX_ZIP_BYTES)
+MAX_CELLS = 2000  # a worksheet has tens of cells (the largest release, 38); checked before the notebook is validated
 
 
 class InvalidNotebook(ValueError):
@@ -74,6 +75,9 @@ def parse_notebook(data: bytes) -> nbformat.NotebookNode:
         raise InvalidNotebook(f"the file is not valid JSON{where}") from None
     if not isinstance(raw, dict) or not ("cells" in raw or "worksheets" in raw):
         raise InvalidNotebook("the JSON is not a Jupyter notebook (no 'cells')")
+    count = _cell_count(raw)
+    if count > MAX_CELLS:
+        raise InvalidNotebook(f"the notebook has {count} cells; the limit is {MAX_CELLS}")
     try:
         nb = nbformat.reads(text, as_version=4)  # upgrades nbformat 3 (worksheets) to 4
         nbformat.validate(nb)
@@ -81,6 +85,13 @@ def parse_notebook(data: bytes) -> nbformat.NotebookNode:
         first_line = (str(err).splitlines() or [type(err).__name__])[0]
         raise InvalidNotebook(f"the notebook does not follow the Jupyter format: {first_line[:200]}") from None
     return nb
+
+
+def _cell_count(raw: dict) -> int:
+    """The cells of a notebook's JSON (nbformat 4, or 3's worksheets), counted without validating anything."""
+    sheets = raw.get("worksheets") if isinstance(raw.get("worksheets"), list) else [raw]
+    return sum(len(sheet["cells"]) for sheet in sheets
+               if isinstance(sheet, dict) and isinstance(sheet.get("cells"), list))
 
 
 def without_outputs(data: bytes) -> tuple[bytes, str]:

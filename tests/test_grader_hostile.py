@@ -813,3 +813,25 @@ def _npy(array) -> bytes:
     buffer = io.BytesIO()
     np.save(buffer, array, allow_pickle=False)
     return buffer.getvalue()
+
+
+# -- 11. Bounded trusted work: a notebook of 60,000 empty cells is refused before it is validated ----------------
+
+def test_a_notebook_of_too_many_cells_is_refused_quickly_and_one_of_many_cells_is_not():
+    """README, "Grading": a notebook file may have up to 50 MB, and preparation must stay bounded. The red team's
+    60,000 empty cells (7.8 MB) took 31 s of the grader's own time; the cap is checked before nbformat validates."""
+    import json
+
+    from autograder.notebooks import MAX_CELLS, InvalidNotebook, parse_notebook
+
+    def notebook(cells: int) -> bytes:
+        cell = {"cell_type": "code", "execution_count": None, "metadata": {}, "outputs": [], "source": ""}
+        return json.dumps({"cells": [cell] * cells, "metadata": {}, "nbformat": 4, "nbformat_minor": 5}).encode()
+
+    with pytest.raises(InvalidNotebook, match=f"60000 cells; the limit is {MAX_CELLS}"):
+        parse_notebook(notebook(60_000))
+    assert len(parse_notebook(notebook(MAX_CELLS)).cells) == MAX_CELLS
+    v3 = {"worksheets": [{"cells": [{"cell_type": "code", "input": "", "outputs": [], "metadata": {}}] * 3000}],
+          "metadata": {}, "nbformat": 3, "nbformat_minor": 0}
+    with pytest.raises(InvalidNotebook, match="3000 cells"):
+        parse_notebook(json.dumps(v3).encode())
