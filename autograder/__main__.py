@@ -7,7 +7,8 @@
                                [--roster CSV] [--due TIME] [--extensions CSV] [--late-penalty RATE]
                                [--late-cutoff DURATION] [--scheduler ADDRESS]
     python -m autograder course DIR --exchange DIR [--roster CSV] [--due ASSIGNMENT=TIME ...]
-    python -m autograder export (--course DIR | --gradebook PATH) --to CSV [--canvas ROSTER_CSV | --moodle]
+    python -m autograder export (--course DIR | --gradebook PATH) --to CSV [--canvas ROSTER_CSV [--rescale] |
+                                --moodle] [--assignment NAME ...]
 
 The exit code is 0 when the grader itself worked, whatever the submissions did, and 3 when it failed on some
 submission (status grader-error; every other submission is still graded and grades.csv is written).
@@ -210,6 +211,9 @@ def main(argv=None) -> int:
     form = ex.add_mutually_exclusive_group()
     form.add_argument("--canvas", metavar="ROSTER_CSV", help="Canvas's import format, from Canvas's gradebook export")
     form.add_argument("--moodle", action="store_true", help="Moodle's grade import format")
+    ex.add_argument("--assignment", action="append", default=[], help="only this assignment (repeatable)")
+    ex.add_argument("--rescale", action="store_true",
+                    help="with --canvas: scale each assignment's points to Canvas's points possible")
     args = parser.parse_args(argv)
     if args.command == "generate":
         generate(args.assignments)
@@ -226,7 +230,7 @@ def main(argv=None) -> int:
         if not (args.gradebook or args.course):
             raise SystemExit("export: give --course DIR or --gradebook PATH")
         export(Path(args.gradebook) if args.gradebook else Path(args.course) / "gradebook.db", Path(args.to),
-               Path(args.canvas) if args.canvas else None, args.moodle)
+               Path(args.canvas) if args.canvas else None, args.moodle, args.assignment, args.rescale)
         return 0
     return grade(args)
 

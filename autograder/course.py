@@ -82,6 +82,10 @@ def build(folder: Path, exchange: Path, course_id: str = DEFAULT_COURSE_ID, rost
 
     due_dates = _parse_due(list(due))
     names = list(names) or sorted(assignments.ASSIGNMENTS)
+    unknown = [n for n in names if n not in assignments.ASSIGNMENTS]
+    if unknown:
+        raise SystemExit(f"--assignment: unknown {', '.join(unknown)}; known: {', '.join(assignments.ASSIGNMENTS)}")
+    students = read_roster(roster)[1] if roster is not None else {}  # every input checked before anything is written
     folder.mkdir(parents=True, exist_ok=True)
     config = folder / "nbgrader_config.py"
     if not config.exists():
@@ -95,7 +99,6 @@ def build(folder: Path, exchange: Path, course_id: str = DEFAULT_COURSE_ID, rost
     exchange.chmod(0o777)  # every student account writes its submissions into the exchange
     for name in names:
         shutil.copytree(ROOT / "exercises" / name, folder / "release" / name, dirs_exist_ok=True)
-    students = read_roster(roster)[1] if roster is not None else {}
     with open_gradebook(folder / "gradebook.db", course_id) as gradebook:
         for name in names:
             template, notebook = release_template(name)

@@ -8,9 +8,14 @@ recorded by the grader, never below 0 (the rule of ``nbgrader export``); a stude
   manual_pending`` (the assignments that still have answers to grade by hand);
 - ``--canvas ROSTER.csv``: Canvas's gradebook import format, from Canvas's own gradebook export: the columns
   ``Student, ID, SIS User ID, SIS Login ID, Section`` kept as they are, a ``Points Possible`` row, and one
-  column per assignment (Canvas's ``<name> (<id>)`` header where the roster has one, so that the grades go
-  into the existing column). Students are matched by SIS Login ID, then SIS User ID, then Canvas's user id;
+  column per assignment that has Canvas's ``<name> (<id>)`` column in the file, so that the grades go into the
+  existing column (the others are left out with a note: Canvas would make each a new assignment of zeros).
+  Canvas's test student is left out. A maximum that differs from Canvas's points possible is a warning
+  (``--rescale`` scales the points to Canvas's maximum). Students are matched by SIS Login ID, then SIS User
+  ID, then Canvas's user id;
 - ``--moodle``: Moodle's grade import (``Email address``, ``ID number``, one column per assignment).
+
+``--assignment NAME`` (repeatable) exports only those assignments.
 
 Example::
 
@@ -82,21 +87,51 @@ def plain(names, maxima, students) -> str:
     return _table(header, rows)
 
 
-def canvas(names, maxima, students, roster: Path) -> str:
-    """Canvas's import CSV for the students of the Canvas export ``roster``; see the module's text."""
-    _, table = read_roster(roster)
+def _canvas_points(roster: Path, header: list[str]) -> dict[str, float]:
+    """Canvas's points possible per column header, from its ``Points Possible`` row (none: an empty dict)."""
+    with open(roster, newline="", encoding="utf-8-sig") as f:
+        for row in csv.reader(f):
+            if row and "Points Possible" in row[0]:
+                return {h: float(v) for h, v in zip(header, row) if re.fullmatch(r"\d+(\.\d+)?", v.strip())}
+    return {}
+
+
+def canvas(names, maxima, students, roster: Path, rescale: bool = False) -> str:
+    """Canvas's import CSV for the students of the Canvas export ``roster``; see the module's text. Only the
+    assignments that have a column in the file are exported (a column Canvas does not know would become a new
+    assignment of zeros); a maximum that differs from Canvas's points possible is a warning, or, with
+    ``rescale``, the points are scaled to Canvas's maximum."""
+    _, table = read_roster(roster, "--canvas")
     with open(roster, newline="", encoding="utf-8-sig") as f:
         header_in = next(csv.reader(f))
     missing = [c for c in CANVAS_FIXED if c not in header_in]
     if missing:
         raise SystemExit(f"--canvas {roster}: not Canvas's gradebook export (no column {', '.join(missing)})")
-    columns = {n: next((h for h in header_in if re.fullmatch(rf"{re.escape(n)} \(\d+\)", h)), n) for n in names}
+    columns = {n: h for n in names for h in header_in if re.fullmatch(rf"{re.escape(n)} \(\d+\)", h)}
+    left_out = [n for n in names if n not in columns]
+    if left_out:
+        print(f"note: --canvas {roster} has no column for {', '.join(left_out)}: not exported (create the "
+              "assignment in Canvas, export its gradebook again, and rerun)", file=sys.stderr)
+    names = [n for n in names if n in columns]
+    if not names:
+        raise SystemExit(f"--canvas {roster}: no column '<assignment> (<id>)' for any assignment of the course")
+    scale = {n: 1.0 for n in names}
+    canvas_max = _canvas_points(roster, header_in)
+    for n in names:
+        theirs = canvas_max.get(columns[n])
+        if theirs is not None and abs(theirs - maxima[n]) > 1e-9:
+            if rescale:
+                scale[n] = theirs / maxima[n]
+            print(f"warning: Canvas's {columns[n]} is out of {theirs:g} points, the course's {n} out of "
+                  f"{maxima[n]:g}: " + (f"points scaled by {scale[n]:.4g}" if rescale else
+                                        "exported as they are (--rescale scales them to Canvas's points)"),
+                  file=sys.stderr)
     by_key = {}
     for s in students:
         by_key.setdefault(("login", s["id"]), s)
         if s["lms_user_id"]:
             by_key.setdefault(("canvas", s["lms_user_id"]), s)
-    rows = [["    Points Possible", "", "", "", "", *[maxima[n] for n in names]]]
+    rows = [["    Points Possible", "", "", "", "", *[maxima[n] * scale[n] for n in names]]]
     matched = set()
     for login, row in table.items():
         s = (by_key.get(("login", login)) or by_key.get(("login", row.get("SIS User ID", "")))
@@ -105,7 +140,7 @@ def canvas(names, maxima, students, roster: Path) -> str:
             print(f"warning: {login!r} of the Canvas roster is not in the gradebook: left blank", file=sys.stderr)
         else:
             matched.add(s["id"])
-        rows.append([*(row.get(c, "") for c in CANVAS_FIXED), *([s["final"][n] for n in names] if s else
+        rows.append([*(row.get(c, "") for c in CANVAS_FIXED), *([s["final"][n] * scale[n] for n in names] if s else
                                                                 ["" for _ in names])])
     for s in students:
         if s["id"] not in matched:
@@ -118,13 +153,19 @@ def moodle(names, maxima, students) -> str:
     return _table(["Email address", "ID number", *names], rows)
 
 
-def export(gradebook: Path, to: Path, canvas_roster: Path | None = None, to_moodle: bool = False) -> None:
+def export(gradebook: Path, to: Path, canvas_roster: Path | None = None, to_moodle: bool = False,
+           only: list[str] = (), rescale: bool = False) -> None:
+    """Write the term's grades to ``to``; ``only``: these assignments alone (``--assignment``)."""
     names, maxima, students = term_grades(gradebook)
+    unknown = [n for n in only if n not in names]
+    if unknown:
+        raise SystemExit(f"--assignment: {', '.join(unknown)} not in the gradebook; it has {', '.join(names)}")
+    names = [n for n in names if n in only] if only else names
     if canvas_roster is not None:
-        text = canvas(names, maxima, students, canvas_roster)
+        text = canvas(names, maxima, students, canvas_roster, rescale)
     elif to_moodle:
         text = moodle(names, maxima, students)
     else:
         text = plain(names, maxima, students)
     atomic_write_text(to, text)
-    print(f"wrote {to}: {len(students)} students, {len(names)} assignments")
+    print(f"wrote {to}: {len(students)} students")

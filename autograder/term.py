@@ -16,6 +16,7 @@ from __future__ import annotations
 import csv
 import os
 import re
+import sys
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -116,29 +117,38 @@ def canvas_details(submissions: dict[str, Submission]) -> tuple[dict[str, str], 
     return ids, late
 
 
-def read_roster(path: Path) -> tuple[list[str], dict[str, dict[str, str]]]:
+CANVAS_TEST_STUDENTS = {"Student, Test", "Test Student"}  # the account Canvas adds to every course ("Student View")
+
+
+def read_roster(path: Path, option: str = "--roster") -> tuple[list[str], dict[str, dict[str, str]]]:
     """A roster CSV: nbgrader's (``id,first_name,last_name,email``, as ``nbgrader db student import`` reads it)
     or Canvas's gradebook export (``Student,ID,SIS User ID,SIS Login ID,Section``, where the student id is the
-    SIS Login ID). -> the ids in order, and id -> the row."""
+    SIS Login ID). Canvas's test student (no SIS Login ID) is left out, with a note. Errors name ``option``, the
+    command-line option that gave the file. -> the ids in order, and id -> the row."""
     try:
         with open(path, newline="", encoding="utf-8-sig") as f:
             rows = list(csv.DictReader(f))
     except OSError as err:
-        raise SystemExit(f"--roster {path}: {err.strerror or err}") from None
+        raise SystemExit(f"{option} {path}: {err.strerror or err}") from None
     if not rows:
-        raise SystemExit(f"--roster {path}: no students")
+        raise SystemExit(f"{option} {path}: no students")
     key = "id" if "id" in rows[0] else "SIS Login ID" if "SIS Login ID" in rows[0] else None
     if key is None:
-        raise SystemExit(f"--roster {path}: needs a column 'id' (nbgrader) or 'SIS Login ID' (Canvas)")
+        raise SystemExit(f"{option} {path}: needs a column 'id' (nbgrader) or 'SIS Login ID' (Canvas)")
     table = {}
     for line, row in enumerate(rows, start=2):
-        if "Points Possible" in (row.get("Student") or ""):
+        name = (row.get("Student") or "").strip()
+        if "Points Possible" in name:
             continue  # Canvas's second header row
         student = (row.get(key) or "").strip()
+        if not student and key == "SIS Login ID" and name in CANVAS_TEST_STUDENTS:
+            print(f"note: {option} {path}, line {line}: Canvas's test student ({name!r}) is not a student of the "
+                  "course: left out", file=sys.stderr)
+            continue
         if not student:
-            raise SystemExit(f"--roster {path}, line {line}: the column {key!r} is empty")
+            raise SystemExit(f"{option} {path}, line {line}: the column {key!r} is empty ({name or 'no name'})")
         if student in table:
-            raise SystemExit(f"--roster {path}, line {line}: {student!r} is listed twice")
+            raise SystemExit(f"{option} {path}, line {line}: {student!r} is listed twice")
         table[student] = row
     return list(table), table
 
