@@ -76,6 +76,16 @@ def _locations(args) -> tuple[Path, Path, Path | None]:
     if course is not None and not (course / "nbgrader_config.py").exists():
         raise SystemExit(f"--course {course} is not an nbgrader course folder (no nbgrader_config.py); "
                          "make one with `python -m autograder course DIR`")
+    if course is not None:
+        from autograder.nbgrader_guard import GUARD_LINES
+
+        config = (course / "nbgrader_config.py").read_text(encoding="utf-8", errors="replace")
+        lacking = [line for line in GUARD_LINES if line not in config]
+        if lacking:
+            print(f"warning: {course}/nbgrader_config.py lacks the course's guards: nbgrader's autograde could "
+                  "overwrite these grades and its collect accepts a submission made in another student's name. "
+                  "Add these lines (with the repository on sys.path):\n    " + "\n    ".join(GUARD_LINES),
+                  file=sys.stderr)
     submissions = Path(args.submissions) if args.submissions else course / "submitted" if course else None
     out = Path(args.out) if args.out else course / "grader" / args.assignment if course else None
     if submissions is None or out is None:

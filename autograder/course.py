@@ -1,9 +1,10 @@
 """``python -m autograder course DIR``: an nbgrader course folder for this course, ready for a term.
 
-It writes ``DIR/nbgrader_config.py`` (course id, exchange, nbgrader's own autograde switched off by
-``autograder/nbgrader_guard.py``, and the ``alembic`` command found beside nbgrader's Python), copies the
-release notebooks from ``exercises/`` into ``DIR/release/<assignment>/`` (what ``nbgrader release_assignment``
-publishes), creates the exchange folder, and creates ``DIR/gradebook.db`` with every assignment, its graded
+It writes ``DIR/nbgrader_config.py`` (course id, exchange, nbgrader's own autograde switched off and its collect
+checking owners, by ``autograder/nbgrader_guard.py``, and the ``alembic`` command found beside nbgrader's Python),
+copies the release notebooks from ``exercises/`` into ``DIR/release/<assignment>/`` (what ``nbgrader
+release_assignment`` publishes) and the sources from ``solutions/`` into ``DIR/source/<assignment>/`` (where
+formgrader lists the assignments from), creates the exchange as the instructor's (``make_exchange``), and creates ``DIR/gradebook.db`` with every assignment, its graded
 cells and due date, and the students of a roster CSV. Running it again updates the folder (it keeps grades).
 
 Example::
@@ -14,6 +15,7 @@ Example::
 
 from __future__ import annotations
 
+import os
 import shutil
 import sys
 from pathlib import Path
@@ -43,10 +45,13 @@ if _bin not in os.environ.get("PATH", "").split(os.pathsep):
 
 # The course is graded by `python -m autograder grade ASSIGNMENT --course {course_dir}`: nbgrader's own
 # autograde (the command, or formgrader's Autograde button) refuses before it writes anything.
+# nbgrader's collect only warns when a submission's folder belongs to another account than the student it names;
+# OwnerCheckedCollect refuses it.
 sys.path.insert(0, {repo!r})
-from autograder.nbgrader_guard import RefuseAutograde  # noqa: E402
+from autograder.nbgrader_guard import OwnerCheckedCollect, RefuseAutograde  # noqa: E402
 
 c.Autograde.exporter_class = RefuseAutograde
+c.ExchangeFactory.collect = OwnerCheckedCollect
 
 # nbgrader's generate_feedback (its GetGrades step) opens the gradebook without a course id, which adds a
 # second course, "default_course": this course's id is the default instead.
@@ -75,6 +80,23 @@ def _parse_due(values: list[str]) -> dict:
     return due
 
 
+def make_exchange(exchange: Path, course_id: str) -> None:
+    """The exchange, the instructor's: its root 1777 (anyone may create a course there, and the sticky bit keeps
+    anyone from renaming or replacing another's), ``<course_id>/`` and ``outbound/`` 0755, and ``inbound/`` 3733
+    (students create their submission folders but cannot list, rename or remove anyone else's; the group bit as
+    nbgrader sets it). A course folder that another account made first is refused: it could serve its own
+    notebooks and read every submission."""
+    exchange.mkdir(parents=True, exist_ok=True)
+    exchange.chmod(0o1777)
+    for path, mode in ((exchange / course_id, 0o755), (exchange / course_id / "outbound", 0o755),
+                       (exchange / course_id / "inbound", 0o3733)):
+        path.mkdir(exist_ok=True)
+        if path.is_symlink() or path.lstat().st_uid != os.geteuid():
+            raise SystemExit(f"{path} belongs to another account (uid {path.lstat().st_uid}): someone made it before "
+                             "the course; remove it, check what it served, and run this again")
+        path.chmod(mode)
+
+
 def build(folder: Path, exchange: Path, course_id: str = DEFAULT_COURSE_ID, roster: Path | None = None,
           due: list[str] = (), names: list[str] = ()) -> None:
     """Create or update the course folder ``folder`` (see the module's text)."""
@@ -95,9 +117,9 @@ def build(folder: Path, exchange: Path, course_id: str = DEFAULT_COURSE_ID, rost
         print(f"note: {config} was not written by this command; it is kept as it is", file=sys.stderr)
     (folder / "student_nbgrader_config.py").write_text(
         STUDENT_CONFIG.format(course_id=course_id, exchange=str(exchange.resolve())), encoding="utf-8")
-    exchange.mkdir(parents=True, exist_ok=True)
-    exchange.chmod(0o777)  # every student account writes its submissions into the exchange
-    for name in names:
+    make_exchange(exchange, course_id)
+    for name in names:  # source/ is where formgrader lists the assignments from; release/ what students fetch
+        shutil.copytree(ROOT / "solutions" / name, folder / "source" / name, dirs_exist_ok=True)
         shutil.copytree(ROOT / "exercises" / name, folder / "release" / name, dirs_exist_ok=True)
     with open_gradebook(folder / "gradebook.db", course_id) as gradebook:
         for name in names:
@@ -109,5 +131,5 @@ def build(folder: Path, exchange: Path, course_id: str = DEFAULT_COURSE_ID, rost
                 student, first_name=row.get("first_name") or first or None,
                 last_name=row.get("last_name") or last or None, email=row.get("email") or None,
                 lms_user_id=row.get("lms_user_id") or row.get("ID") or None)
-    print(f"course folder {folder}: nbgrader_config.py, release/ ({len(names)} assignments), gradebook.db "
-          f"({len(students)} students from the roster), exchange {exchange}")
+    print(f"course folder {folder}: nbgrader_config.py, source/ and release/ ({len(names)} assignments), "
+          f"gradebook.db ({len(students)} students from the roster), exchange {exchange}")
