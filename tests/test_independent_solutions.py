@@ -4,7 +4,11 @@
 Each module of ``tests/independent_solutions/`` (named as the set's module in ``autograder/assignments/``) has
 ``ANSWERS``, grade_id -> the source of every code answer cell. The notebook is the release with those answers
 (written answers left as released), run in-process and judged by the grader's own capture and judge
-(``test_wrong_variants.Harness``)."""
+(``test_wrong_variants.Harness``).
+
+The capstones use their own harnesses: ps11-train in-process without its training run (cell ``model``) and the
+check that needs it (``test_wrong_variants_capstones.FastHarness``), plus one run of the whole notebook, training
+included, through the real command line; ps12-flash in triton's interpreter (``test_wrong_variants_flash``)."""
 
 from __future__ import annotations
 
@@ -14,11 +18,16 @@ from pathlib import Path
 import pytest
 
 from autograder import assignments
-from test_wrong_variants import SEEDS, _namespace, _test_cells, _visible_failures
+from autograder.__main__ import main as grader_main
+from autograder.sandbox import bubblewrap_available
+from submissions import submission, write
+from test_wrong_variants import SEEDS, _namespace, _test_cells, _visible_failures, read_grades
 from test_wrong_variants import harnesses  # noqa: F401 - a fixture
+from test_wrong_variants_capstones import PS11, ROOT, TRAINING, FastHarness, _release_items
+from test_wrong_variants_flash import PS12, interpreter  # noqa: F401 - a fixture
 
 HERE = Path(__file__).resolve().parent / "independent_solutions"
-CAPSTONES = ("ps11-train", "ps12-flash")  # their own harness: tests/test_wrong_variants_capstones.py
+CAPSTONES = (PS11, PS12)  # their own harnesses: tests/test_wrong_variants_capstones.py and _flash.py
 
 
 def independent_answers(assignment: str) -> dict[str, str]:
@@ -40,3 +49,37 @@ def test_an_independent_correct_notebook_keeps_full_marks_under_every_seed(assig
     harness = harnesses(assignment)
     for seed in SEEDS:
         assert harness.lost(ns, seed) == set(), f"--seed {seed}"
+
+
+def test_ps11_independent_notebook_keeps_full_marks_under_every_seed(tmp_path, monkeypatch):
+    """Every check but the held-out loss, under the capstone suite's seeds; the training run is graded below."""
+    training_cell, training_check = TRAINING[PS11]
+    ns = _namespace(PS11, answers=independent_answers(PS11), skip=frozenset({training_cell}),
+                    cwd=ROOT / "exercises" / PS11)
+    monkeypatch.chdir(tmp_path)  # the checkpoint test and wrapper write their files in the working directory
+    assert _visible_failures(PS11, ns, set(_test_cells(PS11)) - {training_check}) == {}
+    harness = FastHarness(PS11, tmp_path / "harness")
+    for seed in SEEDS:
+        assert harness.lost(ns, seed) == set(), f"--seed {seed}"
+
+
+def test_ps12_independent_kernels_keep_full_marks_under_every_seed(harnesses, interpreter):  # noqa: F811
+    ns = _namespace(PS12, answers=independent_answers(PS12))
+    assert _visible_failures(PS12, ns, _test_cells(PS12)) == {}
+    harness = harnesses(PS12)
+    for seed in SEEDS:
+        assert harness.lost(ns, seed) == set(), f"--seed {seed}"
+
+
+@pytest.mark.skipif(not bubblewrap_available(), reason="bubblewrap (Debian package) is not installed")
+def test_ps11_independent_notebook_with_its_training_run_gets_full_marks_through_the_command_line(tmp_path):
+    """The whole notebook, training run included, in the sandbox with the grader's default CPU limits; the
+    wall-clock limits are raised because this test machine may be shared."""
+    notebook = assignments.load(PS11).NOTEBOOK
+    write(submission(PS11, notebook, answers=independent_answers(PS11), solved=False), tmp_path / "subs" / "indep",
+          notebook)
+    out = tmp_path / "out"
+    assert grader_main(["grade", PS11, str(tmp_path / "subs"), "--out", str(out), "--workers", "1",
+                        "--timeout", "240", "--notebook-timeout", "600"]) == 0
+    row = read_grades(out)["indep"]
+    assert row["status"] == "graded" and float(row["score"]) == sum(i.points for i in _release_items(PS11)), row
