@@ -356,7 +356,7 @@ FAILURE_CLASSES = [
                  lambda case: (np.max(case.args[0], axis=-1) < -709).any()),
     FailureClass("scores above 709 (exp overflows without the running maximum)", "test_tiled_full",
                  lambda case: _scores(case).max() > 709),
-    _tiled_class("a shorter last block", "test_tiled_full", "short", False),
+    _tiled_class("keys in blocks with a shorter last one", "test_tiled_full", "short", False),
     FailureClass("blocks of one key", "test_tiled_full", lambda case: case.args[3] == 1),
     _tiled_class("one block holds every key", "test_tiled_full", "one", False),
     FailureClass("two axes (T, d)", "test_tiled_full", lambda case: case.args[0].ndim == 2),
