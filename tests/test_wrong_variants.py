@@ -515,6 +515,8 @@ variant(PS3, "WordPiece shortest match first", "wordpiece_encode", WORDPIECE,
         wordpiece_with(search="for end in range(start + 1, len(word) + 1):"))
 variant(PS3, "WordPiece looks up continuations without ##", "wordpiece_encode", WORDPIECE,
         wordpiece_with(lookup="word[start:end]"))
+variant(PS3, "WordPiece never tries a piece of one letter (range stops at start + 1)", "wordpiece_encode", WORDPIECE,
+        wordpiece_with(search="for end in range(len(word), start + 1, -1):"))
 variant(PS3, "WordPiece keeps the pieces found before the unknown one", "wordpiece_encode", {"test_wordpiece_unknown"},
         wordpiece_with(unknown="pieces + [unk]"))
 variant(PS3, "WordPiece max_chars off by one", "wordpiece_encode", {"test_wordpiece_unknown"},
