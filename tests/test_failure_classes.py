@@ -5,6 +5,8 @@ same points under any seed or secret."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -35,3 +37,14 @@ def test_every_draw_meets_every_failure_class(assignment):
         cases = {gid: check.cases(np.random.default_rng(draw)) for gid, check in module.CHECKS.items()}
         missed = [c.name for c in module.FAILURE_CLASSES if not any(c.meets(case) for case in cases[c.check])]
         assert not missed, f"draw {draw} of {assignment} meets no case of: {missed}"
+
+
+@pytest.mark.parametrize("assignment", WITH_TABLES)
+def test_a_class_is_met_by_the_inputs_not_by_the_note(assignment):
+    """The same case with its note removed meets the same classes: a predicate reads the inputs, so a class is met
+    because the input exposes the failure, not because a note says so."""
+    module = assignments.load(assignment)
+    cases = {gid: check.cases(np.random.default_rng(0)) for gid, check in module.CHECKS.items()}
+    for c in module.FAILURE_CLASSES:
+        for case in cases[c.check]:
+            assert c.meets(case) == c.meets(dataclasses.replace(case, note="")), (c.name, case.note)

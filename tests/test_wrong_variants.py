@@ -110,6 +110,11 @@ def softmax(x, axis=-1):
     e = np.exp(x - np.max(x, axis=axis, keepdims=True))
     return e / np.sum(e, axis=axis)
 """)
+variant(PS1, "softmax without normalising", "softmax",
+        {"test_softmax_examples", "test_softmax_stability", "test_softmax_axis", *SDPA, *MHA}, """
+def softmax(x, axis=-1):
+    return np.exp(x - np.max(x, axis=axis, keepdims=True))
+""")
 variant(PS1, "causal mask transposed", "causal_mask", {"test_causal_mask"}, """
 def causal_mask(T):
     return np.triu(np.ones((T, T), dtype=bool))
@@ -163,6 +168,15 @@ def scaled_dot_product_attention(q, k, v, mask=None):
         scores = np.where(mask, scores, -np.inf)
     weights = softmax(scores, axis=-1)
     return weights @ v, weights
+""")
+variant(PS1, "attention reshapes a key mask to (T_q, 1): it hides queries, not keys", "scaled_dot_product_attention",
+        {"test_sdpa_mask"}, """
+def scaled_dot_product_attention(q, k, v, mask=None):
+    scores = np.matmul(q, np.swapaxes(k, -1, -2)) / np.sqrt(q.shape[-1])
+    if mask is not None:
+        scores = np.where(np.reshape(mask, (q.shape[-2], -1)), scores, -np.inf)
+    weights = softmax(scores, axis=-1)
+    return np.matmul(weights, v), weights
 """)
 mha_with = template(PS1, "multi_head_attention", """
 def multi_head_attention(x, W_q, W_k, W_v, W_o, n_heads, mask=None):
@@ -325,6 +339,8 @@ variant(PS2, "T5: bidirectional without halving the buckets", "t5_bucket", {"tes
 variant(PS2, "T5: rounding the log bucket", "t5_bucket", T5_LARGE, t5_with(rounding="round"))
 variant(PS2, "T5: one exact bucket too many", "t5_bucket", T5_LARGE, t5_with(exact="n // 2 + 1"))
 variant(PS2, "T5: max_distance fixed at 128", "t5_bucket", T5_LARGE, t5_with(max_distance="128"))
+variant(PS2, "T5: causal buckets by |r| (future keys not in bucket 0)", "t5_bucket", {"test_t5_exact"},
+        t5_with(distance="np.abs(r)"))
 rope_with = template(PS2, "apply_rope", """
 def apply_rope(x, positions, base=10000.0):
     d = x.shape[-1]
@@ -347,6 +363,8 @@ variant(PS2, "RoPE ignores the positions given", "apply_rope", ROPE,
         rope_with(positions="np.arange(x.shape[-2])"))
 variant(PS2, "RoPE ignores base", "apply_rope", {"test_rope_properties"},
         rope_with(base="10000.0"))
+variant(PS2, "RoPE slices the second axis (x[:, 0::2]), not the last", "apply_rope", {"test_rope_properties"},
+        rope_with(pairs="x[:, 0::2], x[:, 1::2]"))
 variant(PS2, "RoPE overwriting the first feature of a pair before using it", "apply_rope", ROPE, """
 def apply_rope(x, positions, base=10000.0):
     d = x.shape[-1]
@@ -433,6 +451,21 @@ variant(PS3, "ties to the pair seen last", "train_bpe", {"test_train_bpe_ties"},
 variant(PS3, "training does not stop when no pair is left", "train_bpe", {"test_train_bpe"},
         train_with(stop="pass"))
 variant(PS3, "training without the end-of-word symbol", "train_bpe", TRAIN, train_with(end=""))
+variant(PS3, "training counts the merges after merging (0 merges still trains)", "train_bpe", {"test_train_bpe"}, """
+def train_bpe(word_counts, num_merges):
+    vocab = {" ".join(list(word) + ["</w>"]): count for word, count in word_counts.items()}
+    merges = []
+    while True:
+        stats = get_pair_stats(vocab)
+        if not stats:
+            break
+        best = max(stats, key=stats.get)
+        merges.append(best)
+        vocab = merge_pair(best, vocab)
+        if len(merges) == num_merges:
+            break
+    return merges
+""")
 variant(PS3, "segmenting applies each merge once", "bpe_segment", {"test_bpe_segment"}, """
 def bpe_segment(word, merges):
     symbols = list(word) + ["</w>"]
@@ -482,6 +515,8 @@ variant(PS3, "WordPiece shortest match first", "wordpiece_encode", WORDPIECE,
         wordpiece_with(search="for end in range(start + 1, len(word) + 1):"))
 variant(PS3, "WordPiece looks up continuations without ##", "wordpiece_encode", WORDPIECE,
         wordpiece_with(lookup="word[start:end]"))
+variant(PS3, "WordPiece never tries a piece of one letter (range stops at start + 1)", "wordpiece_encode", WORDPIECE,
+        wordpiece_with(search="for end in range(len(word), start + 1, -1):"))
 variant(PS3, "WordPiece keeps the pieces found before the unknown one", "wordpiece_encode", {"test_wordpiece_unknown"},
         wordpiece_with(unknown="pieces + [unk]"))
 variant(PS3, "WordPiece max_chars off by one", "wordpiece_encode", {"test_wordpiece_unknown"},
@@ -579,6 +614,20 @@ variant(PS4, "top-p breaks ties to the higher index", "top_p_filter", {"test_top
         top_p_with(order='np.argsort(probs, axis=-1, kind="stable")[..., ::-1]'))
 variant(PS4, "top-p in index order, not sorted by probability", "top_p_filter", {"test_top_p"},
         top_p_with(order="np.broadcast_to(np.arange(probs.shape[-1]), probs.shape)"))
+variant(PS4, "top-p shifts the removal mask right but does not keep the first token", "top_p_filter", {"test_top_p"}, """
+def top_p_filter(logits, p):
+    logits = np.asarray(logits, dtype=float)
+    if p >= 1:
+        return logits.copy()
+    probs = np.exp(logits - logits.max(axis=-1, keepdims=True))
+    probs /= probs.sum(axis=-1, keepdims=True)
+    order = np.argsort(-probs, axis=-1, kind="stable")
+    remove_sorted = np.cumsum(np.take_along_axis(probs, order, axis=-1), axis=-1) >= p
+    remove_sorted[..., 1:] = remove_sorted[..., :-1].copy()
+    remove = np.zeros_like(remove_sorted)
+    np.put_along_axis(remove, order, remove_sorted, axis=-1)
+    return np.where(remove, -np.inf, logits)
+""")
 sample_with = template(PS4, "sample_with_temperature", """
 def sample_with_temperature(logits, temperature, u):
     z = np.asarray(logits, dtype=float) {scale} temperature
@@ -673,6 +722,8 @@ variant(PS5, "bidirectional window of w keys ((w - 1) // 2 per side)", "sliding_
         {"test_window_bidirectional"}, window_with(bidirectional_mask="np.abs(i - j) <= (w - 1) // 2"))
 variant(PS5, "window ignores causal=False", "sliding_window_mask", {"test_window_bidirectional"},
         window_with(causal="True"))
+variant(PS5, "bidirectional window of w keys on each side (|i - j| < w)", "sliding_window_mask",
+        {"test_window_bidirectional"}, window_with(bidirectional_mask="np.abs(i - j) < w"))
 variant(PS5, "window mask of integers", "sliding_window_mask", {"test_window_causal", "test_window_bidirectional"},
         window_with(causal_mask="((i - j >= 0) & (i - j < w)).astype(int)",
                     bidirectional_mask="(np.abs(i - j) <= w // 2).astype(int)"))
@@ -763,6 +814,13 @@ def grouped_query_attention(q, k, v, is_causal=False):
     g = q.shape[1] // k.shape[1]
     return dense_attention(q, np.repeat(k, g, axis=1), np.repeat(v, g, axis=1))
 """)
+variant(PS5, "grouped-query attention relies on broadcasting (right for one or H key/value heads only)",
+        "grouped_query_attention", GQA, """
+def grouped_query_attention(q, k, v, is_causal=False):
+    t_q, t_k = q.shape[2], k.shape[2]
+    mask = np.tril(np.ones((t_q, t_k), dtype=bool)) if is_causal else None
+    return dense_attention(q, k, v, mask=mask)
+""")
 decode_with = template(PS5, "decode_step", """
 def decode_step(q, k_new, v_new, k_cache, v_cache):
     k_cache = np.concatenate([k_cache, k_new], axis=2)
@@ -818,6 +876,10 @@ def fit_power_law(x, y):
 variant(PS6, "training compute 2ND (the forward pass only)", "training_flops", {"test_training_flops"}, """
 def training_flops(N, D):
     return 2.0 * np.asarray(N, dtype=float) * np.asarray(D, dtype=float)
+""")
+variant(PS6, "training compute through float() (scalars only)", "training_flops", {"test_training_flops"}, """
+def training_flops(N, D):
+    return 6.0 * float(N) * float(D)
 """)
 optimal_with = template(PS6, "compute_optimal", """
 def compute_optimal(C, E=1.69, A=406.4, B=410.7, alpha=0.34, beta=0.28):
@@ -933,6 +995,8 @@ variant(PS7, "grouped-query causal mask aligned at the top left", "grouped_query
         gqa7_with(mask="np.arange(T_k)[None, :] <= np.arange(T)[:, None]"))
 variant(PS7, "grouped-query attention always causal", "grouped_query_attention", {"test_gqa"},
         gqa7_with(causal="True"))
+variant(PS7, "grouped-query attention relies on broadcasting (no repeat of the key/value heads)",
+        "grouped_query_attention", GQA7, gqa7_with(kv="k, v"))
 variant(PS7, "grouped-query mask hides the query's own position", "grouped_query_attention", GQA7,
         gqa7_with(mask="np.arange(T_k)[None, :] < np.arange(T)[:, None] + (T_k - T)"))
 variant(PS7, "grouped-query attention without the 1/sqrt(d) scale", "grouped_query_attention", GQA7, """

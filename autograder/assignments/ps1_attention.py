@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from autograder.checks import CallableArg, Case, Check
+from autograder.checks import CallableArg, Case, Check, FailureClass
 from llmarch.attention import MultiHeadAttention, causal_mask, scaled_dot_product_attention, softmax
 
 NOTEBOOK = "ps1-attention.ipynb"
@@ -120,9 +120,11 @@ def _sdpa_mask(rng):
     t = int(rng.integers(3, 8))
     random_mask = rng.random((t, t)) < 0.6
     random_mask[:, 0] = True  # every query sees at least one key
+    random_mask[0, -1] = True  # a key after the query: never the causal mask, whatever the draw
     q, k, v = rng.normal(size=(t, 4)), rng.normal(size=(t, 4)), rng.normal(size=(t, 3))
     key_mask = rng.random(t) < 0.6
-    key_mask[int(rng.integers(t))] = True
+    seen = int(rng.integers(t))
+    key_mask[seen], key_mask[(seen + 1) % t] = True, False  # at least one key seen and one hidden, whatever the draw
     return [Case((q, k, v), {"mask": causal_mask(t).numpy()}, note="a causal mask"),
             Case((q, k, v), {"mask": random_mask}, note="a random (T, T) mask"),
             Case((q, k, v), {"mask": key_mask}, note="a key mask of shape (T_k,), broadcast over the queries")]
@@ -201,3 +203,81 @@ CHECKS = {
     # rounding differs between implementations, so an error of 1e-16 and one of 1e-15 both mean "equivariant"
     "test_equivariance": Check("equivariance_error", _equivariance, ref_equivariance_error, rtol=1e-6, atol=1e-9),
 }
+
+
+# Failure classes: every draw of the hidden cases meets each one (tests/test_failure_classes.py).
+
+
+def _rows(case):
+    """The softmax input as rows along its axis: (rows, entries)."""
+    x = np.asarray(case.args[0])
+    return np.moveaxis(x, case.kwargs.get("axis", -1), -1).reshape(-1, x.shape[case.kwargs.get("axis", -1)])
+
+
+def _equivariance_gap(case):
+    """f(x[perm]) - f(x)[perm] for an equivariance case, with the trusted f."""
+    f, x, perm = case.args
+    f = TRUSTED_CALLABLES[f.name](f.arrays)
+    return f(x[perm]) - f(x)[perm]
+
+
+def _mask(case):
+    return case.kwargs.get("mask")
+
+
+FAILURE_CLASSES = [
+    FailureClass("a single entry", "test_softmax_examples", lambda case: case.args[0].size == 1),
+    FailureClass("several equal entries", "test_softmax_examples",
+                 lambda case: case.args[0].size > 1 and np.all(case.args[0] == case.args[0].flat[0])),
+    FailureClass("entries of distinct values", "test_softmax_examples", lambda case: len(np.unique(case.args[0])) > 2),
+    FailureClass("scores of +1000 (exp overflows without a shift)", "test_softmax_stability",
+                 lambda case: _rows(case).max() >= 700),
+    FailureClass("a row whose scores are all below -700 (exp underflows to 0/0 without a shift)",
+                 "test_softmax_stability", lambda case: (_rows(case).max(axis=1) <= -700).any()),
+    FailureClass("rows whose maxima differ by more than 700 (a shift by the global maximum underflows)",
+                 "test_softmax_stability", lambda case: np.ptp(_rows(case).max(axis=1)) > 700),
+    FailureClass("a matrix, default axis", "test_softmax_axis",
+                 lambda case: case.args[0].ndim == 2 and "axis" not in case.kwargs),
+    FailureClass("axis 0 of three axes", "test_softmax_axis",
+                 lambda case: case.args[0].ndim == 3 and case.kwargs.get("axis") == 0),
+    FailureClass("the middle axis of three", "test_softmax_axis",
+                 lambda case: case.args[0].ndim == 3 and case.kwargs.get("axis") == 1),
+    FailureClass("a single position", "test_causal_mask", lambda case: case.args[0] == 1),
+    FailureClass("several positions (both triangles and the diagonal)", "test_causal_mask",
+                 lambda case: case.args[0] >= 3),
+    FailureClass("values of another width than the queries (d_v != d)", "test_sdpa_small",
+                 lambda case: case.args[2].shape[-1] != case.args[0].shape[-1]),
+    FailureClass("a single key", "test_sdpa_small", lambda case: case.args[1].shape[-2] == 1),
+    FailureClass("a single query, several keys", "test_sdpa_small",
+                 lambda case: case.args[0].shape[-2] == 1 and case.args[1].shape[-2] > 1),
+    FailureClass("more queries than keys (T_q != T_k)", "test_sdpa_small",
+                 lambda case: case.args[0].shape[-2] > case.args[1].shape[-2]),
+    FailureClass("a causal mask", "test_sdpa_mask",
+                 lambda case: _mask(case) is not None and _mask(case).ndim == 2
+                 and np.array_equal(_mask(case), np.tril(np.ones_like(_mask(case))))),
+    FailureClass("a (T, T) mask that is not causal", "test_sdpa_mask",
+                 lambda case: _mask(case) is not None and _mask(case).ndim == 2 and np.triu(_mask(case), 1).any()),
+    FailureClass("a key mask of shape (T_k,) that hides a key", "test_sdpa_mask",
+                 lambda case: _mask(case) is not None and _mask(case).ndim == 1 and not _mask(case).all()),
+    FailureClass("four axes (B, H, T, d)", "test_sdpa_batched", lambda case: case.args[0].ndim == 4),
+    FailureClass("three axes (B, T, d)", "test_sdpa_batched", lambda case: case.args[0].ndim == 3),
+    FailureClass("one head", "test_mha_one_head", lambda case: case.args[5] == 1 and case.args[0].shape[-2] > 1),
+    FailureClass("a sequence of length 1", "test_mha_one_head", lambda case: case.args[0].shape[-2] == 1),
+    FailureClass("two heads", "test_mha_two_heads", lambda case: case.args[5] == 2),
+    FailureClass("three heads (d_head != n_heads)", "test_mha_two_heads",
+                 lambda case: case.args[5] == 3 and case.args[0].shape[-1] // 3 != 3),
+    FailureClass("a batch of sequences with a causal mask", "test_mha_batch_causal",
+                 lambda case: case.args[0].ndim == 3 and _mask(case) is not None),
+    FailureClass("a largest difference that is negative (the abs matters)", "test_equivariance",
+                 lambda case: _equivariance_gap(case).max() < np.abs(_equivariance_gap(case)).max() - 1e-6),
+    FailureClass("a largest difference that is positive (the abs matters, other order)", "test_equivariance",
+                 lambda case: (-_equivariance_gap(case)).max() < np.abs(_equivariance_gap(case)).max() - 1e-6),
+    FailureClass("a permutation that is not its own inverse, on a function that is not equivariant",
+                 "test_equivariance",
+                 lambda case: not np.array_equal(case.args[2][case.args[2]], np.arange(len(case.args[2])))
+                 and np.abs(_equivariance_gap(case)).max() > 1e-6),
+    FailureClass("an equivariant function (error 0 up to rounding)", "test_equivariance",
+                 lambda case: np.abs(_equivariance_gap(case)).max() < 1e-9),
+    FailureClass("differences of unequal size (max, not mean)", "test_equivariance",
+                 lambda case: np.abs(_equivariance_gap(case)).mean() < np.abs(_equivariance_gap(case)).max() - 1e-6),
+]

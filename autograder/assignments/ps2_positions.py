@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from autograder.checks import Case, Check
+from autograder.checks import Case, Check, FailureClass
 from llmarch.positional import alibi_slopes, apply_rope, sinusoidal_encoding, t5_relative_bucket
 
 NOTEBOOK = "ps2-positions.ipynb"
@@ -101,8 +101,8 @@ def _rope_small(rng):
 def _rope_properties(rng):
     t = int(rng.integers(3, 8))
     return [Case((rng.normal(size=(2, 3, t, 8)), np.arange(t)), note="batch and head axes (B, H, T, d)"),
-            Case((rng.normal(size=(t, 16)), rng.integers(0, 5000, size=t)), {"base": 500000.0},
-                 note="random positions up to 5000, base 500000")]
+            Case((rng.normal(size=(t, 16)), rng.integers(1000, 5000, size=t)), {"base": 500000.0},
+                 note="random positions from 1000 to 5000, base 500000")]
 
 
 CHECKS = {
@@ -117,3 +117,69 @@ CHECKS = {
     # positions up to 5000: the angle is computed in float64 on both sides, so 1e-9 is plenty
     "test_rope_properties": Check("apply_rope", _rope_properties, ref_rope, rtol=1e-7, atol=1e-9),
 }
+
+
+# Failure classes: every draw of the hidden cases meets each one (tests/test_failure_classes.py).
+
+
+def _t5_args(case):
+    """(relative positions, bidirectional, num_buckets, max_distance) of a T5 case, defaults filled in."""
+    kw = case.kwargs
+    return (np.asarray(case.args[0]), kw.get("bidirectional", True), kw.get("num_buckets", 32),
+            kw.get("max_distance", 128))
+
+
+def _t5_log_rounds_up(case):
+    """Some distance in the log range whose bucket, before flooring, has a fractional part of at least 1/2."""
+    r, bidirectional, n, max_distance = _t5_args(case)
+    n = n // 2 if bidirectional else n
+    exact = n // 2
+    a = np.abs(r) if bidirectional else -r
+    a = a[(a >= exact) & (a < max_distance)]
+    value = np.log(a / exact) / np.log(max_distance / exact) * (n - exact)
+    return bool((value % 1 >= 0.5).any())
+
+
+def _alibi_extra(n):
+    """How many slopes come from the 2p sequence (0 for a power of two)."""
+    return n - 2 ** int(np.floor(np.log2(n)))
+
+
+FAILURE_CLASSES = [
+    FailureClass("one position", "test_sinusoidal_small", lambda case: case.args[0] == 1),
+    FailureClass("d = 2 (one frequency)", "test_sinusoidal_small", lambda case: case.args[1] == 2 and case.args[0] > 1),
+    FailureClass("d = 4 (two frequencies: the exponent 2i/d matters)", "test_sinusoidal_small",
+                 lambda case: case.args[1] == 4 and case.args[0] > 1),
+    FailureClass("a base other than 10000", "test_sinusoidal_values",
+                 lambda case: case.kwargs.get("base", 10000.0) != 10000.0),
+    FailureClass("d of 8 or more (many frequencies)", "test_sinusoidal_values", lambda case: case.args[1] >= 8),
+    FailureClass("one head", "test_alibi_power_of_two", lambda case: case.args[0] == 1),
+    FailureClass("several heads, a power of two", "test_alibi_power_of_two",
+                 lambda case: case.args[0] > 1 and _alibi_extra(case.args[0]) == 0),
+    FailureClass("one slope from the 2p sequence", "test_alibi_other", lambda case: _alibi_extra(case.args[0]) == 1),
+    FailureClass("several slopes from the 2p sequence (which of them, and how many)", "test_alibi_other",
+                 lambda case: _alibi_extra(case.args[0]) >= 2),
+    FailureClass("small distances to past keys (the exact buckets), causal", "test_t5_exact",
+                 lambda case: not _t5_args(case)[1] and (_t5_args(case)[0] < 0).any()),
+    FailureClass("keys in the future, causal (bucket 0)", "test_t5_exact",
+                 lambda case: not _t5_args(case)[1] and (_t5_args(case)[0] > 0).any()),
+    FailureClass("distances at and beyond max_distance (the clamp at n - 1)", "test_t5_log",
+                 lambda case: (-_t5_args(case)[0] >= _t5_args(case)[3]).any()),
+    FailureClass("a max_distance other than 128", "test_t5_log", lambda case: _t5_args(case)[3] != 128),
+    FailureClass("a distance equal to n // 2 (the first log bucket)", "test_t5_log",
+                 lambda case: (-_t5_args(case)[0] == _t5_args(case)[2] // 2).any()),
+    FailureClass("a log bucket whose fractional part is at least 1/2 (floor, not round)", "test_t5_log",
+                 _t5_log_rounds_up),
+    FailureClass("offsets 0 and +1, both directions (which half a bucket is in)", "test_t5_bidirectional",
+                 lambda case: _t5_args(case)[1] and {0, 1} <= set(_t5_args(case)[0].ravel().tolist())),
+    FailureClass("offsets beyond max_distance on both sides, both directions", "test_t5_bidirectional",
+                 lambda case: _t5_args(case)[1] and _t5_args(case)[0].min() <= -_t5_args(case)[3]
+                 and _t5_args(case)[0].max() >= _t5_args(case)[3]),
+    FailureClass("d = 4 (two pairs: the pair layout and frequencies matter)", "test_rope_small",
+                 lambda case: case.args[0].shape[-1] == 4),
+    FailureClass("a position that is not the token's index", "test_rope_small",
+                 lambda case: not np.array_equal(case.args[1], np.arange(len(case.args[1])))),
+    FailureClass("batch and head axes (B, H, T, d)", "test_rope_properties", lambda case: case.args[0].ndim == 4),
+    FailureClass("a base other than 10000, positions above 1000", "test_rope_properties",
+                 lambda case: case.kwargs.get("base", 10000.0) != 10000.0 and case.args[1].min() >= 1000),
+]

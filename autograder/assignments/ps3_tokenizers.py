@@ -23,7 +23,7 @@ import itertools
 
 import numpy as np
 
-from autograder.checks import Case, Check
+from autograder.checks import Case, Check, FailureClass
 from llmarch.tokenizers import (
     END_OF_WORD,
     UnigramTokenizer,
@@ -349,3 +349,114 @@ CHECKS = {
     "test_viterbi": _data("viterbi_segment", _viterbi_cases, ref_viterbi, rtol=1e-9, atol=1e-9),
     "test_viterbi_ties": _data("viterbi_segment", _viterbi_ties_cases, ref_viterbi, rtol=1e-9, atol=1e-9),
 }
+
+
+# Failure classes: every draw of the hidden cases meets each one (tests/test_failure_classes.py).
+
+
+def _words(case):
+    return [word.split() for word in case.args[0]]
+
+
+def _merge_by_replacement_differs(case):
+    pair, vocab = case.args
+    return list(ref_merge_pair(pair, vocab)) != [w.replace(" ".join(pair), "".join(pair)) for w in vocab]
+
+
+def _tied_top_pairs(word_counts, num_merges):
+    """At each merge of training, the most frequent pairs in first-seen order (several when they tie)."""
+    vocab, steps = _bpe_state(word_counts, []), []
+    for _ in range(num_merges):
+        stats = ref_pair_stats(vocab)
+        if not stats:
+            break
+        top = [pair for pair, count in stats.items() if count == max(stats.values())]
+        steps.append(top)
+        vocab = ref_merge_pair(top[0], vocab)
+    return steps
+
+
+def _best_segmentations(word, log_probs):
+    scored = [(sum(log_probs[p] for p in seg), seg) for seg in _segmentations(word) if all(p in log_probs for p in seg)]
+    best = max(score for score, _ in scored)
+    return [seg for score, seg in scored if score == best]
+
+
+def _fewest_pieces_loses_a_tie(case):
+    best = _best_segmentations(*case.args)
+    return min(best, key=len) != ref_viterbi(*case.args)[0]
+
+
+def _wordpiece_unk(case):
+    return case.kwargs.get("unk", "[UNK]")
+
+
+def _has_first_piece_but_fails(case):
+    """Greedy finds a first piece, but the word as a whole becomes unk (pieces before the unknown one are dropped)."""
+    word, vocab = case.args
+    return (ref_wordpiece(word, vocab, **case.kwargs) == [_wordpiece_unk(case)]
+            and any(word[:e] in vocab for e in range(1, len(word))) and len(word) <= case.kwargs.get("max_chars", 100))
+
+
+FAILURE_CLASSES = [
+    FailureClass("a pair twice in one word", "test_pair_stats",
+                 lambda case: any(len(set(zip(w, w[1:]))) < len(w) - 1 for w in _words(case))),
+    FailureClass("a word of one symbol (no pairs)", "test_pair_stats", lambda case: any(len(w) == 1 for w in _words(case))),
+    FailureClass("word counts above 1 (pairs weighted by them)", "test_pair_stats",
+                 lambda case: max(case.args[0].values()) > 1),
+    FailureClass("symbols that end or start with the pair's letters (merge symbols, not strings)", "test_merge_pair",
+                 _merge_by_replacement_differs),
+    FailureClass("a run of three or more of the pair's letter (left to right, no overlaps)", "test_merge_pair",
+                 lambda case: case.args[0][0] == case.args[0][1]
+                 and any(" ".join([case.args[0][0]] * 3) in w for w in case.args[1])),
+    FailureClass("a pair that does not occur", "test_merge_pair",
+                 lambda case: tuple(case.args[0]) not in ref_pair_stats(case.args[1])),
+    FailureClass("more merges asked than there are pairs", "test_train_bpe",
+                 lambda case: case.args[1] > len(ref_train_bpe(*case.args))),
+    FailureClass("zero merges", "test_train_bpe", lambda case: case.args[1] == 0),
+    FailureClass("a word of one letter (only its end-of-word pair)", "test_train_bpe",
+                 lambda case: case.args[1] > 0 and any(len(w) == 1 for w in case.args[0])),
+    FailureClass("a pair repeated inside a word, several merges", "test_train_bpe",
+                 lambda case: case.args[1] >= 2 and any(len(set(zip(w, w[1:]))) < len(w) - 1 for w in case.args[0])),
+    FailureClass("a tie won by a pair that is not the lexicographically largest", "test_train_bpe_ties",
+                 lambda case: any(top[0] != max(top) for top in _tied_top_pairs(*case.args))),
+    FailureClass("a tie where the pair seen first is not the pair seen last", "test_train_bpe_ties",
+                 lambda case: any(len(top) > 1 for top in _tied_top_pairs(*case.args))),
+    FailureClass("merges whose order changes the segmentation", "test_bpe_segment",
+                 lambda case: ref_bpe_segment(*case.args) != ref_bpe_segment(case.args[0], case.args[1][::-1])),
+    FailureClass("a merged pair that occurs twice in the word", "test_bpe_segment",
+                 lambda case: any(len(a) == len(b) == 1 and a != b and case.args[0].count(a + b) >= 2
+                                  for a, b in case.args[1])),
+    FailureClass("a run of three equal letters and their merge", "test_bpe_segment",
+                 lambda case: any(a == b and len(a) == 1 and a * 3 in case.args[0] for a, b in case.args[1])),
+    FailureClass("a letter never seen in training", "test_bpe_segment",
+                 lambda case: any(all(c not in (a + b).replace(END_OF_WORD, "") for a, b in case.args[1])
+                                  for c in case.args[0])),
+    FailureClass("a shorter and a longer first piece both in the vocabulary (longest first)", "test_wordpiece",
+                 lambda case: sum(case.args[0][:e] in case.args[1] for e in range(1, len(case.args[0]) + 1)) >= 2),
+    FailureClass("a continuation found only with ##", "test_wordpiece",
+                 lambda case: len(case.args[0]) > 1 and case.args[0][1:] not in case.args[1]
+                 and "##" + case.args[0][-1] in case.args[1] and case.args[0][-1] not in case.args[1]),
+    FailureClass("a word of one letter", "test_wordpiece", lambda case: len(case.args[0]) == 1),
+    FailureClass("a letter missing from the vocabulary", "test_wordpiece_unknown",
+                 lambda case: any(c not in case.args[1] and "##" + c not in case.args[1] for c in case.args[0])),
+    FailureClass("an unk token other than [UNK]", "test_wordpiece_unknown",
+                 lambda case: _wordpiece_unk(case) != "[UNK]" and ref_wordpiece(*case.args, **case.kwargs) == [_wordpiece_unk(case)]),
+    FailureClass("a word one letter longer than max_chars", "test_wordpiece_unknown",
+                 lambda case: len(case.args[0]) == case.kwargs.get("max_chars", 100) + 1),
+    FailureClass("a word exactly max_chars long", "test_wordpiece_unknown",
+                 lambda case: len(case.args[0]) == case.kwargs.get("max_chars", 100)),
+    FailureClass("a word whose first pieces are found before one that is not", "test_wordpiece_unknown",
+                 _has_first_piece_but_fails),
+    FailureClass("a best segmentation of several different pieces (their order)", "test_viterbi",
+                 lambda case: len(set(ref_viterbi(*case.args)[0])) > 1),
+    FailureClass("a best segmentation with more pieces than the fewest possible", "test_viterbi",
+                 lambda case: len(ref_viterbi(*case.args)[0]) > min(len(seg) for seg in _segmentations(case.args[0])
+                                                                    if all(p in case.args[1] for p in seg))),
+    FailureClass("the whole word is a piece of the longest length", "test_viterbi",
+                 lambda case: case.args[0] in case.args[1] and len(case.args[0]) == max(map(len, case.args[1]))
+                 and ref_viterbi(*case.args)[0] == [case.args[0]]),
+    FailureClass("several best segmentations (a tie)", "test_viterbi_ties",
+                 lambda case: len(_best_segmentations(*case.args)) > 1),
+    FailureClass("a tie that the fewest pieces would break the wrong way", "test_viterbi_ties", _fewest_pieces_loses_a_tie),
+]

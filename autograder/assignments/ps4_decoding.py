@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from autograder.checks import Case, Check
+from autograder.checks import Case, Check, FailureClass
 from llmarch.attention import scaled_dot_product_attention
 from llmarch.decoding import temperature_scale, top_k_filter, top_p_filter
 
@@ -106,6 +106,8 @@ def _beam(rng):
                  note="beams of unequal scores, with a tie among the extensions"),
             Case((np.array([[3], [1]]), np.log(np.array([0.5, 0.25])), np.log(np.array([[0.5, 0.5], [0.5, 0.5]])), 1),
                  note="beam size 1"),
+            Case((np.array([[2], [4]]), np.log(np.array([0.9, 0.1])), np.log(np.array([[0.6, 0.4], [0.7, 0.3]])), 2),
+                 note="the weaker beam holds the most probable next token"),
             Case((rng.integers(0, v, size=(n, t)), np.log(rng.dirichlet(np.ones(n))), logprobs, int(rng.integers(1, n * v))),
                  note="random beams, scores, log-probabilities and beam size")]
 
@@ -131,3 +133,89 @@ CHECKS = {
     "test_cache_first": Check("cached_attention_step", _cache_first, ref_cached_step),
     "test_cache_steps": Check("cached_attention_step", _cache_steps, ref_cached_step),
 }
+
+
+# Failure classes: every draw of the hidden cases meets each one (tests/test_failure_classes.py).
+
+
+def _kth_ties_next(case):
+    """The k-th largest logit of some row equals the (k+1)-th (a tie at the threshold)."""
+    logits, k = np.asarray(case.args[0]), int(case.args[1])
+    ordered = -np.sort(-logits.reshape(-1, logits.shape[-1]), axis=-1)
+    return k < logits.shape[-1] and bool((ordered[:, k - 1] == ordered[:, k]).any())
+
+
+def _row_thresholds_differ(case):
+    """Rows whose top-k differs from a threshold taken over the whole batch."""
+    logits, k = np.asarray(case.args[0]), int(case.args[1])
+    return logits.ndim > 1 and k < logits.shape[-1] and not np.array_equal(
+        ref_top_k(logits, k) > -np.inf, logits >= np.sort(logits, axis=None)[-k])
+
+
+def _probs(logits):
+    logits = np.asarray(logits, dtype=float)
+    e = np.exp(logits - logits.max(axis=-1, keepdims=True))
+    return (e / e.sum(axis=-1, keepdims=True)).reshape(-1, logits.shape[-1])
+
+
+def _crosses_p(case):
+    """Some row's sorted cumulative probability passes p strictly inside a token."""
+    cumulative = np.cumsum(-np.sort(-_probs(case.args[0]), axis=-1), axis=-1)
+    return bool(((cumulative[:, :-1] < case.args[1]) & (case.args[1] < cumulative[:, 1:])).any())
+
+
+def _tie_at_top_p_cut(case):
+    """Equal probabilities in a row, some of them kept and some removed (the lower index wins)."""
+    probs, kept = _probs(case.args[0]), (ref_top_p(case.args[0], case.args[1]) > -np.inf).reshape(-1, np.shape(case.args[0])[-1])
+    return any(np.isin(probs[r][kept[r]], probs[r][~kept[r]]).any() for r in range(len(probs)))
+
+
+def _beam_total(case):
+    beams, scores, logprobs, beam_size = case.args
+    return (scores[:, None] + logprobs).reshape(-1)
+
+
+def _beam_tie_in_top(case):
+    """Two equal totals among the best beam_size + 1 (the order of the flattened extensions decides)."""
+    top = np.sort(_beam_total(case))[::-1][: case.args[3] + 1]
+    return len(np.unique(top)) < len(top)
+
+
+FAILURE_CLASSES = [
+    FailureClass("the k-th largest logit ties with the next", "test_top_k_small", _kth_ties_next),
+    FailureClass("k = 1 and a tie at the top", "test_top_k_small",
+                 lambda case: case.args[1] == 1 and np.sum(case.args[0] == np.max(case.args[0])) > 1),
+    FailureClass("k below the vocabulary size, no tie", "test_top_k_small",
+                 lambda case: case.args[1] < np.shape(case.args[0])[-1] and not _kth_ties_next(case)),
+    FailureClass("rows whose own thresholds differ from the batch's", "test_top_k_batch", _row_thresholds_differ),
+    FailureClass("k equal to the vocabulary size", "test_top_k_batch",
+                 lambda case: case.args[1] == np.shape(case.args[0])[-1]),
+    FailureClass("k larger than the vocabulary, three axes", "test_top_k_batch",
+                 lambda case: case.args[1] > np.shape(case.args[0])[-1] and np.ndim(case.args[0]) == 3),
+    FailureClass("p passed strictly inside a token (the token that crosses p is kept)", "test_top_p", _crosses_p),
+    FailureClass("equal probabilities on both sides of the cut (ties to the lower index)", "test_top_p", _tie_at_top_p_cut),
+    FailureClass("p = 1 with a negligible tail", "test_top_p",
+                 lambda case: case.args[1] >= 1 and (_probs(case.args[0]) < 1e-15).any()),
+    FailureClass("p below the largest probability (only the top token stays)", "test_top_p",
+                 lambda case: (case.args[1] < _probs(case.args[0]).max(axis=-1)).any()),
+    FailureClass("logits not sorted by probability", "test_top_p",
+                 lambda case: any((np.diff(row) > 0).any() for row in _probs(case.args[0]))),
+    FailureClass("u exactly equal to a cumulative probability", "test_sampling",
+                 lambda case: case.args[2] in np.cumsum(_probs(np.asarray(case.args[0]) / case.args[1])[0])),
+    FailureClass("u = 0", "test_sampling", lambda case: case.args[2] == 0),
+    FailureClass("a temperature whose sample differs from temperature 1 and from multiplying by it", "test_sampling",
+                 lambda case: ref_sample(*case.args) != ref_sample(case.args[0], 1.0, case.args[2])
+                 and ref_sample(*case.args) != ref_sample(case.args[0], 1 / case.args[1], case.args[2])),
+    FailureClass("a sample that is not the most probable token", "test_sampling",
+                 lambda case: ref_sample(*case.args) != np.argmax(case.args[0])),
+    FailureClass("a tie among the best extensions", "test_beam_step", _beam_tie_in_top),
+    FailureClass("a number of beams other than the vocabulary size (unflattening)", "test_beam_step",
+                 lambda case: case.args[2].shape[0] != case.args[2].shape[1] and case.args[3] > 1),
+    FailureClass("beam scores that change the ranking of the extensions", "test_beam_step",
+                 lambda case: not np.array_equal(np.argsort(-_beam_total(case), kind="stable")[: case.args[3]],
+                                                 np.argsort(-case.args[2].reshape(-1), kind="stable")[: case.args[3]])),
+    FailureClass("beam size 1", "test_beam_step", lambda case: case.args[3] == 1),
+    FailureClass("an empty cache", "test_cache_first", lambda case: case.args[3].shape[0] == 0),
+    FailureClass("a cache of earlier tokens, d >= 2 (the order of keys and the 1/sqrt(d) scale matter)",
+                 "test_cache_steps", lambda case: case.args[3].shape[0] >= 1 and case.args[0].shape[-1] >= 2),
+]

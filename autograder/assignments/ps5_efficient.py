@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from autograder.checks import Case, Check
+from autograder.checks import Case, Check, FailureClass
 from llmarch.attention import causal_mask, scaled_dot_product_attention, softmax
 from llmarch.efficient import attention, sliding_window_mask
 
@@ -277,3 +277,106 @@ CHECKS = {
     "test_decode_step": Check("decode_step", _decode_step, ref_decode),
     "test_decode_chunks": Check("decode_step", _decode_chunks, ref_decode),
 }
+
+
+# Failure classes: every draw of the hidden cases meets each one (tests/test_failure_classes.py).
+
+
+def _window(case):
+    """(T, w, causal) of a window case."""
+    return case.args[0], case.args[1], case.kwargs.get("causal", True)
+
+
+def _blocks(n, block_size):
+    """How the blocks cover a row of n entries: "short" (a shorter last block), "one" (a single block holds
+    the row), or "even" (equal blocks)."""
+    return "one" if block_size >= n else ("short" if n % block_size else "even")
+
+
+def _scores(case):
+    q, k = case.args[0], case.args[1]
+    return q @ np.swapaxes(k, -1, -2) / np.sqrt(q.shape[-1])
+
+
+def _running_max_jumps(case):
+    """The running maximum grows by more than exp's range (709) from one block to the next."""
+    _, m_run, _ = ref_online_softmax(*case.args)
+    return bool((np.diff(np.where(np.isfinite(m_run), m_run, np.nan), axis=-1) > 709).any())
+
+
+def _grouped(case, minimum_kv=2):
+    """Query heads grouped on at least ``minimum_kv`` key/value heads, several per group."""
+    h, h_kv = case.args[0].shape[1], case.args[1].shape[1]
+    return h_kv >= minimum_kv and h // h_kv >= 2
+
+
+def _tiled_class(name, check, blocks, causal):
+    return FailureClass(name, check, lambda case: _blocks(case.args[1].shape[-2], case.args[3]) == blocks
+                        and case.kwargs.get("is_causal", False) == causal and case.args[1].shape[-2] > 1)
+
+
+FAILURE_CLASSES = [
+    FailureClass("a window of 1", "test_window_causal", lambda case: _window(case)[1] == 1 and _window(case)[0] > 1),
+    FailureClass("a window shorter than the sequence", "test_window_causal",
+                 lambda case: 1 < _window(case)[1] < _window(case)[0]),
+    FailureClass("a window as long as the sequence or longer", "test_window_causal",
+                 lambda case: _window(case)[1] >= _window(case)[0] > 1),
+    FailureClass("a single position", "test_window_causal", lambda case: _window(case)[0] == 1),
+    FailureClass("causal=True passed by name", "test_window_causal", lambda case: case.kwargs.get("causal") is True),
+    FailureClass("an even window, not causal", "test_window_bidirectional",
+                 lambda case: not _window(case)[2] and _window(case)[1] % 2 == 0 and _window(case)[1] < _window(case)[0]),
+    FailureClass("an odd window above 1, not causal", "test_window_bidirectional",
+                 lambda case: not _window(case)[2] and _window(case)[1] % 2 == 1 and 1 < _window(case)[1] < _window(case)[0]),
+    FailureClass("a window of 1, not causal", "test_window_bidirectional",
+                 lambda case: not _window(case)[2] and _window(case)[1] == 1),
+    FailureClass("a window longer than the sequence, not causal", "test_window_bidirectional",
+                 lambda case: not _window(case)[2] and _window(case)[1] > _window(case)[0]),
+    FailureClass("the larger maximum on either side", "test_merge_stats",
+                 lambda case: (case.args[0] > case.args[2]).any() and (case.args[2] > case.args[0]).any()),
+    FailureClass("statistics of two axes", "test_merge_stats", lambda case: np.ndim(case.args[0]) == 2),
+    FailureClass("an empty block (maximum -inf) on either side", "test_merge_extremes",
+                 lambda case: (np.isneginf(case.args[0]) & np.isfinite(case.args[2])).any()
+                 and (np.isneginf(case.args[2]) & np.isfinite(case.args[0])).any()),
+    FailureClass("two empty blocks", "test_merge_extremes",
+                 lambda case: (np.isneginf(case.args[0]) & np.isneginf(case.args[2])).any()),
+    FailureClass("maxima above 709 (exp overflows in absolute terms)", "test_merge_extremes",
+                 lambda case: np.max(case.args[0]) > 709),
+    FailureClass("maxima below -709 (exp underflows in absolute terms)", "test_merge_extremes",
+                 lambda case: np.max(case.args[0]) < -709),
+    FailureClass("a shorter last block", "test_online_softmax",
+                 lambda case: _blocks(np.shape(case.args[0])[-1], case.args[1]) == "short"),
+    FailureClass("blocks of size 1", "test_online_softmax", lambda case: case.args[1] == 1),
+    FailureClass("one block holds the whole row", "test_online_softmax",
+                 lambda case: case.args[1] >= np.shape(case.args[0])[-1]),
+    FailureClass("three axes", "test_online_softmax", lambda case: np.ndim(case.args[0]) == 3),
+    FailureClass("a fully masked first block", "test_online_softmax_extremes",
+                 lambda case: np.isneginf(np.asarray(case.args[0])[..., : case.args[1]]).all(axis=-1).any()),
+    FailureClass("a running maximum that jumps past exp's range", "test_online_softmax_extremes", _running_max_jumps),
+    FailureClass("a row whose values are all below -709", "test_online_softmax_extremes",
+                 lambda case: (np.max(case.args[0], axis=-1) < -709).any()),
+    FailureClass("scores above 709 (exp overflows without the running maximum)", "test_tiled_full",
+                 lambda case: _scores(case).max() > 709),
+    _tiled_class("keys in blocks with a shorter last one", "test_tiled_full", "short", False),
+    FailureClass("blocks of one key", "test_tiled_full", lambda case: case.args[3] == 1),
+    _tiled_class("one block holds every key", "test_tiled_full", "one", False),
+    FailureClass("two axes (T, d)", "test_tiled_full", lambda case: case.args[0].ndim == 2),
+    FailureClass("values of another width than the keys (d_v != d)", "test_tiled_full",
+                 lambda case: case.args[2].shape[-1] != case.args[0].shape[-1]),
+    FailureClass("scores above 709, causal", "test_tiled_causal", lambda case: _scores(case).max() > 709),
+    _tiled_class("causal, a shorter last block", "test_tiled_causal", "short", True),
+    FailureClass("causal, blocks of one key", "test_tiled_causal", lambda case: case.args[3] == 1),
+    _tiled_class("causal, one block holds every key", "test_tiled_causal", "one", True),
+    FailureClass("query heads grouped on several key/value heads (h // g, not h % H_kv)", "test_gqa", _grouped),
+    FailureClass("one key/value head (multi-query)", "test_gqa", lambda case: case.args[1].shape[1] == 1),
+    FailureClass("as many key/value heads as query heads", "test_gqa",
+                 lambda case: case.args[1].shape[1] == case.args[0].shape[1]),
+    FailureClass("grouped heads, causal", "test_gqa_causal",
+                 lambda case: _grouped(case) and case.kwargs.get("is_causal") and case.args[0].shape[2] > 1),
+    FailureClass("one new token, an empty cache", "test_decode_step", lambda case: case.args[3].shape[2] == 0),
+    FailureClass("one new token after a cache, grouped heads", "test_decode_step",
+                 lambda case: case.args[3].shape[2] > 0 and _grouped(case)),
+    FailureClass("several new tokens after a cache (the mask's bottom-right alignment)", "test_decode_chunks",
+                 lambda case: case.args[0].shape[2] >= 2 and case.args[3].shape[2] >= 1 and _grouped(case)),
+    FailureClass("several new tokens, an empty cache", "test_decode_chunks",
+                 lambda case: case.args[0].shape[2] >= 2 and case.args[3].shape[2] == 0),
+]

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from autograder.checks import Case, Check
+from autograder.checks import Case, Check, FailureClass
 from llmarch.scaling import (CHINCHILLA_APPROACH3, chinchilla_loss, chinchilla_optimal, fit_chinchilla,
                              fit_power_law, training_flops)
 
@@ -164,3 +164,54 @@ CHECKS = {
     "test_fit_exact": Check("fitted_losses", _fit_exact, ref_fitted_losses, rtol=FIT_RTOL, atol=0),
     "test_fit_noisy": Check("fitted_losses", _fit_noisy, ref_fitted_losses, rtol=FIT_RTOL, atol=0),
 }
+
+
+# Failure classes: every draw of the hidden cases meets each one (tests/test_failure_classes.py).
+
+
+def _log_residuals(x, y):
+    """log y minus the least-squares line through (log x, log y)."""
+    u, v = np.log(x), np.log(y)
+    b, log_a = np.polyfit(u, v, 1)
+    return v - (log_a + b * u)
+
+
+def _huber_zones(case):
+    """(any residual inside |r| <= delta, any outside) for an objective case."""
+    params, N, D, loss = case.args
+    r = np.abs(np.log(chinchilla_loss(N, D, **params)) - np.log(loss))
+    delta = case.kwargs.get("delta", 1e-3)
+    return (r <= delta).any(), (r > delta).any()
+
+
+def _fit_residuals(case):
+    """log loss of every run minus the reference fit's log prediction there (about 0.7 s)."""
+    N, D, loss = case.args[:3]
+    return np.log(loss) - np.log(ref_fitted_losses(N, D, loss, N, D))
+
+
+FAILURE_CLASSES = [
+    FailureClass("an exact power law through two points", "test_power_law_exact", lambda case: len(case.args[0]) == 2),
+    FailureClass("an exact power law with a negative exponent and a prefactor above 2 (a, not log a)",
+                 "test_power_law_exact", lambda case: ref_power_law(*case.args)[1] < 0 and ref_power_law(*case.args)[0] > 2),
+    FailureClass("noisy points (the regression's direction and the prefactor's space matter)", "test_power_law_noisy",
+                 lambda case: np.abs(_log_residuals(*case.args)).max() > 0.01),
+    FailureClass("unsorted points", "test_power_law_noisy", lambda case: (np.diff(case.args[0]) < 0).any()),
+    FailureClass("sizes as floats", "test_training_flops", lambda case: np.ndim(case.args[0]) == 0),
+    FailureClass("arrays of different shapes that broadcast", "test_training_flops",
+                 lambda case: np.shape(case.args[0]) != np.shape(case.args[1])),
+    FailureClass("Chinchilla's constants, an array of budgets", "test_optimal_closed_form",
+                 lambda case: case.kwargs == CHINCHILLA_APPROACH3 and np.ndim(case.args[0]) == 1),
+    FailureClass("Chinchilla's constants, one budget as a float", "test_optimal_closed_form",
+                 lambda case: case.kwargs == CHINCHILLA_APPROACH3 and np.ndim(case.args[0]) == 0),
+    FailureClass("random constants with alpha != beta, budgets of two axes", "test_optimal_brute_force",
+                 lambda case: case.kwargs["alpha"] != case.kwargs["beta"] and np.ndim(case.args[0]) == 2),
+    FailureClass("alpha = beta", "test_optimal_brute_force", lambda case: case.kwargs["alpha"] == case.kwargs["beta"]),
+    FailureClass("residuals in both zones of the Huber loss", "test_objective", lambda case: all(_huber_zones(case))),
+    FailureClass("a delta other than 1e-3", "test_objective", lambda case: case.kwargs.get("delta", 1e-3) != 1e-3),
+    FailureClass("several points (a sum, not a mean)", "test_objective", lambda case: len(case.args[1]) > 1),
+    FailureClass("noise-free runs, predictions at larger models", "test_fit_exact",
+                 lambda case: case.args[3].max() > case.args[0].max() and np.abs(_fit_residuals(case)).max() < 1e-6),
+    FailureClass("noisy runs with some far above the law (diverged), predictions at larger models", "test_fit_noisy",
+                 lambda case: case.args[3].max() > case.args[0].max() and _fit_residuals(case).max() > 0.03),
+]

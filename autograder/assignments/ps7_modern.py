@@ -18,7 +18,7 @@ import math
 import numpy as np
 import torch
 
-from autograder.checks import Case, Check
+from autograder.checks import Case, Check, FailureClass
 from llmarch.attention import causal_mask, scaled_dot_product_attention
 from llmarch.layers import SwiGLU, rms_norm
 from llmarch.positional import apply_rope, rope_frequencies
@@ -215,3 +215,66 @@ CHECKS = {
     "test_llama3": Check("llama3_inv_freq", _llama3, ref_llama3, dtype="float64"),
     "test_llama3_factors": Check("llama3_inv_freq", _llama3_factors, ref_llama3, dtype="float64"),
 }
+
+
+# Failure classes: every draw of the hidden cases meets each one (tests/test_failure_classes.py).
+
+
+def _rms(case):
+    return np.sqrt(np.mean(np.asarray(case.args[0]) ** 2, axis=-1))
+
+
+def _llama3_regions(case):
+    """Whether the configuration has pairs kept, divided by the factor, and blended (all three regions)."""
+    d, base, _, low, high, original = case.args
+    wavelength = 2 * math.pi * base ** (np.arange(0, d, 2) / d)
+    kept, divided = wavelength < original / high, wavelength > original / low
+    return bool(kept.any() and divided.any() and not (kept | divided).all())
+
+
+def _gqa_heads(case):
+    """(H, H_kv, T, T_k, is_causal) of a grouped-query case."""
+    q, k = case.args[0], case.args[1]
+    return q.shape[1], k.shape[1], q.shape[2], k.shape[2], case.kwargs.get("is_causal", False)
+
+
+FAILURE_CLASSES = [
+    FailureClass("rows of non-zero mean and a weight other than ones", "test_rms_norm",
+                 lambda case: (np.abs(np.mean(case.args[0], axis=-1)) > 0.1).all() and (case.args[1] != 1).any()),
+    FailureClass("constant rows (RMS, not standard deviation)", "test_rms_norm",
+                 lambda case: (np.ptp(case.args[0], axis=-1) == 0).all() and (_rms(case) > 0).all()),
+    FailureClass("three axes (normalised along the last)", "test_rms_norm", lambda case: np.ndim(case.args[0]) == 3),
+    FailureClass("zero rows", "test_rms_norm_eps", lambda case: (_rms(case) == 0).any()),
+    FailureClass("an eps of 1 or more (inside the square root)", "test_rms_norm_eps",
+                 lambda case: case.kwargs.get("eps", 1e-6) >= 1 and (_rms(case) > 0).all()),
+    FailureClass("rows of RMS below 1e-2 with the default eps", "test_rms_norm_eps",
+                 lambda case: "eps" not in case.kwargs and (0 < _rms(case)).all() and (_rms(case) < 1e-2).all()),
+    FailureClass("two axes (T, d), d_ff != d", "test_swiglu",
+                 lambda case: np.ndim(case.args[0]) == 2 and case.args[1].shape[0] != case.args[1].shape[1]),
+    FailureClass("gate pre-activations beyond +-3 (SiLU, not GELU or a sigmoid)", "test_swiglu",
+                 lambda case: np.abs(case.args[0] @ case.args[1].T).max() > 3),
+    FailureClass("a batch (B, T, d)", "test_swiglu_batched", lambda case: np.ndim(case.args[0]) == 3),
+    FailureClass("one vector (d,)", "test_swiglu_batched", lambda case: np.ndim(case.args[0]) == 1),
+    FailureClass("d of 4 or more (the rotate-half layout), the default base", "test_rope",
+                 lambda case: case.args[0].shape[-1] >= 4 and "base" not in case.kwargs),
+    FailureClass("a base other than 10000", "test_rope", lambda case: case.kwargs.get("base", 10000.0) != 10000.0),
+    FailureClass("x of two axes (T, d)", "test_rope", lambda case: case.args[0].ndim == 2),
+    FailureClass("positions that do not start at 0", "test_rope_offset", lambda case: case.args[1][0] != 0),
+    FailureClass("positions that are neither consecutive nor sorted", "test_rope_offset",
+                 lambda case: (np.diff(case.args[1]) < 0).any()),
+    FailureClass("query heads grouped on several key/value heads, causal", "test_gqa",
+                 lambda case: _gqa_heads(case)[1] >= 2 and _gqa_heads(case)[0] // _gqa_heads(case)[1] >= 2
+                 and _gqa_heads(case)[4] and _gqa_heads(case)[2] > 1),
+    FailureClass("not causal, several queries (is_causal=False is honoured)", "test_gqa",
+                 lambda case: not _gqa_heads(case)[4] and _gqa_heads(case)[2] > 1),
+    FailureClass("as many key/value heads as query heads, causal", "test_gqa",
+                 lambda case: _gqa_heads(case)[0] == _gqa_heads(case)[1] and _gqa_heads(case)[4]),
+    FailureClass("several new tokens after a cache, causal (the mask's bottom-right alignment)", "test_gqa_cache",
+                 lambda case: 1 < _gqa_heads(case)[2] < _gqa_heads(case)[3] and _gqa_heads(case)[4]),
+    FailureClass("one new token after a cache, causal", "test_gqa_cache",
+                 lambda case: _gqa_heads(case)[2] == 1 < _gqa_heads(case)[3] and _gqa_heads(case)[4]),
+    FailureClass("the default factors, all three regions", "test_llama3",
+                 lambda case: case.args[3:5] == (1.0, 4.0) and _llama3_regions(case)),
+    FailureClass("other factors, all three regions", "test_llama3_factors",
+                 lambda case: case.args[3:5] != (1.0, 4.0) and _llama3_regions(case)),
+]
