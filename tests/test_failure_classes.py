@@ -14,6 +14,9 @@ from autograder import assignments
 from autograder.checks import FailureClass
 
 DRAWS = range(20)
+# ps6's two fit checks: their classes are told apart by the reference fit itself (about 1 s a case), and their
+# cases have one fixed shape; 3 draws, as the variant suites' SEEDS_OF gives them.
+DRAWS_OF = {"test_fit_exact": range(3), "test_fit_noisy": range(3)}
 WITH_TABLES = [a for a in sorted(assignments.ASSIGNMENTS) if hasattr(assignments.load(a), "FAILURE_CLASSES")]
 
 
@@ -34,8 +37,10 @@ def test_the_table_names_real_checks_and_covers_every_check(assignment):
 def test_every_draw_meets_every_failure_class(assignment):
     module = assignments.load(assignment)
     for draw in DRAWS:
-        cases = {gid: check.cases(np.random.default_rng(draw)) for gid, check in module.CHECKS.items()}
-        missed = [c.name for c in module.FAILURE_CLASSES if not any(c.meets(case) for case in cases[c.check])]
+        cases = {gid: check.cases(np.random.default_rng(draw)) for gid, check in module.CHECKS.items()
+                 if draw in DRAWS_OF.get(gid, DRAWS)}
+        missed = [c.name for c in module.FAILURE_CLASSES
+                  if c.check in cases and not any(c.meets(case) for case in cases[c.check])]
         assert not missed, f"draw {draw} of {assignment} meets no case of: {missed}"
 
 
