@@ -243,6 +243,19 @@ def _(folder, name):
     (folder / name / NB).write_text(nbformat.writes(nb, version=nbformat.NO_CONVERT))
 
 
+@case("several-copies-no-ids", "graded", FULL)
+def _(folder, name):
+    """Copies of the three softmax tests pasted right after the set-up cell, in order, in a notebook re-saved
+    with new cell ids: each copy's release neighbour is another copy (issue 33)."""
+    nb = submission(PS, NB)
+    tests = [c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id", "").startswith("test_softmax")]
+    for offset, test in enumerate(tests):
+        nb.cells.insert(2 + offset, nbformat.from_dict(dict(test)))
+    for index, cell in enumerate(nb.cells):
+        cell["id"] = f"resaved{index}"
+    write(nb, folder / name, NB)
+
+
 @case("answer-split-in-three", "graded", FULL)
 def _(folder, name):
     """JupyterLab's split cell, twice: every part keeps the answer cell's metadata."""
@@ -613,6 +626,7 @@ def test_intake_notes_say_what_was_changed(graded):
     page = next((out / "feedback").glob("answer-split-in-three*/*.html")).read_text()
     assert all(part in page for part in ("PART-ONE", "PART-TWO", "PART-THREE"))
     assert "copy" in row_for(rows, "no-cell-ids-copy-above")["notes"]
+    assert row_for(rows, "several-copies-no-ids")["notes"].count("was not run") == 3
 
 
 def test_int_mask_message_names_the_dtype(graded):
