@@ -711,6 +711,43 @@ def test_runner_cell_timeout_is_enforced_by_the_parent(tmp_path):
     assert "never" not in result.stdout
 
 
+SEGFAULT = "import ctypes\nctypes.string_at(0)"
+
+
+@needs_bwrap
+def test_runner_goes_on_after_a_crash_in_a_fresh_kernel(tmp_path):
+    """A crashed cell is recorded and lost; the code cells before it run again in a fresh kernel (each time),
+    and the run goes on from the next cell to the end."""
+    result, record = run_runner(tmp_path, [
+        "x = 1\nopen('runs', 'a').write('x')",
+        "y = 2\n" + SEGFAULT,
+        "print('x is', x, 'y' in globals())",
+        "import os\nos._exit(3)",
+        "print('end', x)",
+    ], Limits(wall_seconds=60, idle_seconds=30))
+    assert result.returncode == 0 and result.last_heartbeat == "done", result.stderr[-3000:]
+    assert record == {"cells": [{"index": 0, "status": "ok"},
+                                {"index": 1, "status": "crashed", "ename": "signal SIGSEGV", "evalue": ""},
+                                {"index": 2, "status": "ok"},
+                                {"index": 3, "status": "crashed", "ename": "exit code 3", "evalue": ""},
+                                {"index": 4, "status": "ok"}], "kernel": "finished"}
+    assert "x is 1 False" in result.stdout and "end 1" in result.stdout
+    assert (tmp_path / "runs").read_text() == "xxx"  # once, then once after each crash
+
+
+@needs_bwrap
+@pytest.mark.parametrize("cells, signal_number", [
+    ([SEGFAULT] * 4, signal.SIGSEGV),  # one crash more than MAX_CRASHES
+    (["import os\nos.kill(os.getpid(), 9)"], signal.SIGKILL),  # the out-of-memory killer's signal: at once
+])
+def test_runner_ends_the_run_after_too_many_crashes_or_a_limit_signal(cells, signal_number, tmp_path):
+    result, record = run_runner(tmp_path, cells + ["print('never')"], Limits(wall_seconds=60, idle_seconds=30))
+    assert result.signal == signal_number and result.last_heartbeat != "done", result.stderr[-3000:]
+    assert "never" not in result.stdout
+    assert [c["status"] for c in record["cells"]] == ["crashed"] * len(cells)
+    assert record["kernel"] == "running"
+
+
 @needs_root
 @needs_bwrap
 def test_runner_records_every_cell_when_the_notebook_fills_its_disk(tmp_path):
