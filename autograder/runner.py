@@ -11,13 +11,14 @@ processes, so that the notebook's code cannot write what the grader trusts:
   number in ``GRADER_HEARTBEAT_FD``; not inherited by the kernel). It hands the kernel one cell at a time,
   writes ``cell <index>`` to the heartbeat before each, and ``done`` only after the kernel answered for the
   last cell and ended. The trusted grader kills the run when no line arrives for the cell timeout
-  (``Limits.idle_seconds``), so the wall clock of every cell is measured by code the notebook cannot reach.
+  (``Limits.idle_seconds``), so the wall clock of every cell is measured by code the notebook cannot reach
+  (from the moment the cell is sent until the kernel answers, or a notebook answers for it: see below).
 * the **kernel** (``runner.py --kernel``) runs each cell in an IPython shell, the way a Jupyter kernel does
   (magics, ``get_ipython()``, displays; the notebook's folder is the working directory and is on
   ``sys.path``). A test cell (a prepared cell whose metadata names a check, ``{"grader": {"capture": id}}``)
   is not run as code: the supervisor sends that check's hidden inputs with it, and only then, and the
-  kernel calls ``capture.capture`` on them. The notebook's code never sees the inputs of a later test cell,
-  nor any file of them.
+  kernel calls ``capture.capture`` on them. No file holds the inputs of a later test cell, and they are not
+  sent before the cell before them has been answered for.
 
 A kernel that dies while it runs a cell (a segfault, an abort, ``os._exit``) or answers nonsense costs that
 cell only: the supervisor records it, starts a fresh kernel, runs the code cells before it again (not the test
@@ -29,9 +30,14 @@ killer, and ``SIGXCPU``, by ``RLIMIT_CPU``): the supervisor exits with that kern
 signal. The notebook's wall clock is kept by the grader across kernels, and so are its memory and CPU time
 where a cgroup bounds them.
 
-What a notebook can still do by answering for the kernel itself (it shares the kernel's process) is hurry the
-supervisor on: later cells then come sooner, never more time in all than the cells' limits added up, and
-never past the notebook's limit. It can also kill the supervisor (same uid), which ends the run as crashed.
+The notebook shares the kernel's process, so it can reach both pipes (their numbers are in the kernel's
+``argv`` and ``/proc/self/fd``) and answer for the kernel. An answer that comes while the supervisor's last
+message is still unread in its pipe is refused, and the cell counts as crashed: the kernel reads all of a cell
+before it runs it. A notebook that also reads the supervisor's messages itself can still answer for a cell
+before that cell has finished: it then receives the next cell (a test cell's hidden inputs) while its earlier
+code still runs, and may run that capture itself, longer than the cell timeout, within the notebook's limit.
+It gains time for a slow function, nothing else: the inputs hold no expected values, and come only after the
+cell before them was answered for. It can also kill the supervisor (same uid), which ends the run as crashed.
 
 ``.grader-run.json`` beside the notebook (written by the supervisor, but inside the submission's folder, so
 advisory only) records each executed cell's index and status (``ok``; ``error`` with the exception's name and
@@ -41,6 +47,7 @@ does not stop it.
 """
 
 import argparse
+import fcntl
 import io
 import json
 import os
@@ -48,6 +55,7 @@ import signal
 import struct
 import subprocess
 import sys
+import termios
 import zipfile
 
 RECORD_RESERVE = 256 * 1024  # bytes of disk set aside for the record before any cell runs
@@ -176,6 +184,11 @@ def _cell_entry(index, reply):
     return {"index": index, "status": "ok"}
 
 
+def _unread(fd):
+    """How many bytes written to the pipe ``fd`` (either end) are still unread (Linux ``FIONREAD``)."""
+    return struct.unpack("i", fcntl.ioctl(fd, termios.FIONREAD, b"\0" * 4))[0]
+
+
 def _how_it_ended(status):
     """``signal SIGSEGV`` or ``exit code 1``, from a ``Popen.returncode``."""
     if status < 0:
@@ -191,6 +204,7 @@ class Kernel:
 
     def __init__(self, notebook):
         self.stopped = False  # whether the supervisor killed it
+        self.refused = ""  # why its last answer was not taken, if it was not
         command_read, self.command_write = os.pipe()
         self.reply_read, reply_write = os.pipe()
         self.process = subprocess.Popen(
@@ -200,12 +214,17 @@ class Kernel:
         os.close(reply_write)
 
     def ask(self, header, files=None):
-        """Send one cell and wait for the answer; None when the kernel is gone or answered nonsense."""
+        """Send one cell and wait for the answer; None when the kernel is gone or answered nonsense (``refused``
+        then says why): an answer that comes while part of the cell is still unread in its pipe is not the
+        kernel's, which reads all of a cell before it runs it."""
         try:
             send(self.command_write, header, files)
         except OSError:
             return None
         reply, _ = receive(self.reply_read, MAX_REPLY_BYTES)
+        if reply is not None and _unread(self.command_write):
+            self.refused = "an answer came before the cell was read"
+            return None
         return reply
 
     def end(self, politely):
@@ -259,7 +278,7 @@ def supervise(notebook):
                 index += 1
             continue
         status = kernel.end(politely=False)
-        executed.append({"index": current, "status": "crashed", "ename": _how_it_ended(status),
+        executed.append({"index": current, "status": "crashed", "ename": kernel.refused or _how_it_ended(status),
                          "evalue": "while it ran again after a later cell crashed" if replay else ""})
         write_record(record, executed, "running")
         limit = -status in LIMIT_SIGNALS and not kernel.stopped

@@ -748,6 +748,24 @@ def test_runner_ends_the_run_after_too_many_crashes_or_a_limit_signal(cells, sig
     assert record["kernel"] == "running"
 
 
+@needs_bwrap
+def test_runner_refuses_an_answer_to_a_cell_the_kernel_has_not_read(tmp_path):
+    """A thread of the notebook writes well-formed answers to the reply pipe (its number is in the kernel's
+    argv) without reading the supervisor's messages: the answer that comes while the next cell is still unread
+    is refused, so no cell is recorded as run that did not run."""
+    forge = ("import sys, threading, time\nsys.path.insert(0, '/grader')\nimport runner\n"
+             "reply_fd = int(sys.argv[sys.argv.index('--kernel') + 2])\n"
+             "def forge():\n    while True:\n        time.sleep(0.5)\n        runner.send(reply_fd, {'status': 'ok'})\n"
+             "threading.Thread(target=forge, daemon=True).start()")
+    result, record = run_runner(tmp_path, [forge, "import time\ntime.sleep(4)", "print('cell 2 ran')",
+                                           "print('cell 3 ran')"], Limits(wall_seconds=60, idle_seconds=30))
+    statuses = {cell["index"]: cell for cell in record["cells"]}
+    for index in (2, 3):
+        assert statuses[index]["status"] != "ok" or f"cell {index} ran" in result.stdout, (record, result.stdout)
+    refused = [c for c in record["cells"] if c.get("ename") == "an answer came before the cell was read"]
+    assert refused and all(c["status"] == "crashed" for c in refused), record
+
+
 @needs_root
 @needs_bwrap
 def test_runner_records_every_cell_when_the_notebook_fills_its_disk(tmp_path):
