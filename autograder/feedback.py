@@ -11,6 +11,8 @@ import html
 import re
 from pathlib import Path
 
+from autograder.runner import MAX_CRASHES
+
 STATUS_TEXT = {
     "graded": "Your notebook ran to the end and was graded.",
     "tampered": "Read-only cells of your notebook were changed. They were restored before grading, and your "
@@ -18,7 +20,7 @@ STATUS_TEXT = {
     "timeout": "Your notebook ran out of time. Points from the tests before that point count.",
     "memory-limit": "Your notebook used more memory than allowed. Points from the tests before that point count.",
     "crashed": "Your notebook crashed more than the grader recovers from (a crash in one cell costs only "
-               "that cell, three times at most). Points from the tests before that point count.",
+               f"that cell, {MAX_CRASHES} times at most). Points from the tests before that point count.",
     "invalid-notebook": "Your file could not be read as a Jupyter notebook, so it was not run.",
     "missing": "No notebook with the expected name was found in your submission.",
     "grader-error": "The grader itself failed on your submission; this is not your fault. Your instructor has been "

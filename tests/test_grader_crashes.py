@@ -43,6 +43,15 @@ def _with_setup_cell(source: str):
     return nb
 
 
+def _crashing_cells(count: int):
+    """The solution with its answer cells crashing after their definitions, and ``count`` crashing cells of the
+    student's own before them (right after the set-up cell)."""
+    nb = submission(PS, NB, answers={gid: source + "\n" + SEGFAULT for gid, source in solution_sources(PS, NB).items()
+                                     if gid != "causal_not_equivariant"})
+    nb.cells[2:2] = [nbformat.v4.new_code_cell(SEGFAULT) for _ in range(count)]
+    return nb
+
+
 # name -> the notebook
 NOTEBOOKS = {
     "segfault-in-answer": lambda: submission(PS, NB, answers={"causal_mask": SEGFAULT}),
@@ -52,9 +61,7 @@ NOTEBOOKS = {
     "raises-in-test-cells": lambda: submission(PS, NB, answers={"multi_head_attention": _function_that(RAISE)}),
     "segfault-in-setup": lambda: _with_setup_cell(SEGFAULT),
     "setup-raises-first": lambda: _with_setup_cell("del SCALE\n"),
-    "crashes-in-every-cell": lambda: submission(
-        PS, NB, answers={gid: source + "\n" + SEGFAULT for gid, source in solution_sources(PS, NB).items()
-                         if gid != "causal_not_equivariant"}),
+    "crashes-in-every-cell": lambda: _crashing_cells(MAX_CRASHES + 1),
 }
 # crashing notebook -> the notebook without the crash that must get the same points
 SAME_POINTS = {
@@ -118,9 +125,10 @@ def test_a_crash_in_a_test_cell_names_the_test(graded):
 
 
 def test_a_notebook_that_keeps_crashing_ends_crashed_quickly(graded):
-    _, rows = graded
+    out, rows = graded
     row = rows["crashes-in-every-cell"]
     assert row["status"] == "crashed" and "SIGSEGV" in row["detail"], row
-    assert float(row["score"]) == 0  # every function's cell crashed, so none is defined
+    assert float(row["score"]) == 0  # the run ended before any function was defined
+    page = (out / "feedback" / "crashes-in-every-cell" / "ps1-attention.html").read_text()
+    assert f"{MAX_CRASHES} times at most" in page
     assert float(row["seconds"]) < 60
-    assert MAX_CRASHES == 3  # the feedback's status text says "three times at most"

@@ -24,6 +24,7 @@ from pathlib import Path
 import pytest
 
 from autograder import sandbox
+from autograder.runner import MAX_CRASHES
 from autograder.sandbox import Limits, SandboxUnavailable, bubblewrap_available, read_result_file, run_sandboxed
 
 PYTHON = sys.executable
@@ -737,7 +738,7 @@ def test_runner_goes_on_after_a_crash_in_a_fresh_kernel(tmp_path):
 
 @needs_bwrap
 @pytest.mark.parametrize("cells, signal_number", [
-    ([SEGFAULT] * 4, signal.SIGSEGV),  # one crash more than MAX_CRASHES
+    ([SEGFAULT] * (MAX_CRASHES + 1), signal.SIGSEGV),
     (["import os\nos.kill(os.getpid(), 9)"], signal.SIGKILL),  # the out-of-memory killer's signal: at once
 ])
 def test_runner_ends_the_run_after_too_many_crashes_or_a_limit_signal(cells, signal_number, tmp_path):
