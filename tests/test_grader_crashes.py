@@ -16,6 +16,7 @@ import nbformat
 import pytest
 
 from autograder.__main__ import main as grader_main
+from autograder.grade import release_template
 from autograder.runner import MAX_CRASHES
 from autograder.sandbox import bubblewrap_available
 from submissions import solution_sources, submission, write
@@ -132,3 +133,24 @@ def test_a_notebook_that_keeps_crashing_ends_crashed_quickly(graded):
     page = (out / "feedback" / "crashes-in-every-cell" / "ps1-attention.html").read_text()
     assert f"{MAX_CRASHES} times at most" in page
     assert float(row["seconds"]) < 60
+
+
+def test_a_flash_kernel_that_writes_past_its_output_costs_only_the_forward_tests(tmp_path):
+    """Issue 33's case: in ps12, a forward kernel that stores far past its output segfaults Triton's
+    interpreter in each of the three forward tests; the correct backward kernels keep all their points."""
+    ps, notebook = "ps12-flash", "ps12-flash.ipynb"
+    solution = solution_sources(ps, notebook)["flash_fwd_kernel"]
+    store = "tl.store(O + head + rows[:, None] * D + offs_d[None, :], acc / l_i[:, None], mask=rows[:, None] < T)"
+    assert store in solution, "the solution's store changed: update this test"
+    wild = "tl.store(O + head + rows[:, None] * D + offs_d[None, :] + (1 << 40), acc / l_i[:, None])"
+    write(submission(ps, notebook, answers={"flash_fwd_kernel": solution.replace(store, wild)}),
+          tmp_path / "subs" / "student", notebook)
+    out = tmp_path / "out"
+    assert grader_main(["grade", ps, str(tmp_path / "subs"), "--out", str(out), "--timeout", "120",
+                        "--notebook-timeout", "500"]) == 0
+    with open(out / "grades.csv", newline="", encoding="utf-8") as f:
+        row = next(csv.DictReader(f))
+    assert row["status"] == "graded", row
+    full = {item.grade_id: f"{item.points:g}" for item in release_template(ps)[0].auto_items}
+    assert _points(row) == {**{gid: "0" for gid in full}, "test_dkdv": full["test_dkdv"], "test_dq": full["test_dq"]}
+    assert "crashed in test cell 'test_forward'" in row["detail"] and "SIGSEGV" in row["detail"]
