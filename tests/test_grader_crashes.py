@@ -10,7 +10,6 @@ notebooks are graded together through the real sandbox and the command line.
 from __future__ import annotations
 
 import csv
-from pathlib import Path
 
 import nbformat
 import pytest
