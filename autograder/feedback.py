@@ -11,13 +11,16 @@ import html
 import re
 from pathlib import Path
 
+from autograder.runner import MAX_CRASHES
+
 STATUS_TEXT = {
     "graded": "Your notebook ran to the end and was graded.",
     "tampered": "Read-only cells of your notebook were changed. They were restored before grading, and your "
                 "instructor has been told what changed.",
     "timeout": "Your notebook ran out of time. Points from the tests before that point count.",
     "memory-limit": "Your notebook used more memory than allowed. Points from the tests before that point count.",
-    "crashed": "Your notebook crashed. Points from the tests before that point count.",
+    "crashed": "Your notebook crashed more than the grader recovers from (a crash in one cell costs only "
+               f"that cell, {MAX_CRASHES} times at most). Points from the tests before that point count.",
     "invalid-notebook": "Your file could not be read as a Jupyter notebook, so it was not run.",
     "missing": "No notebook with the expected name was found in your submission.",
     "grader-error": "The grader itself failed on your submission; this is not your fault. Your instructor has been "
@@ -61,7 +64,7 @@ def render(result, assignment: str, max_score: float) -> str:
         parts.append("<h2>Information (not graded)</h2><ul>"
                      + "".join(f"<li>{e(n)}</li>" for n in result.information) + "</ul>")
     if result.cell_errors:
-        parts.append("<h2>Errors raised while your notebook ran</h2>"
+        parts.append("<h2>Errors and crashes while your notebook ran</h2>"
                      + "".join(f"<pre>{e(msg)}</pre>" for msg in result.cell_errors))
     for gid, text in result.answers.items():
         parts.append(f"<h2>Your written answer ({e(gid)})</h2><pre>{e(text[:5000])}</pre>")

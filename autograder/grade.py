@@ -199,11 +199,24 @@ def _status_from_run(run, cells: list[dict], origins: list[str], options: Option
     if run.returncode != 0 or run.last_heartbeat != "done":
         return "crashed", (f"the notebook process stopped before the end (exit code {run.returncode}); "
                            "the cells after that point were not run")
-    detail = ""
+    details = []
+    crashed = [c for c in cells if c["status"] == "crashed"]
+    if crashed:  # the run ended well, so the rest ran; which cells crashed is the runner's (advisory) record
+        more = f" and {len(crashed) - 1} more cell(s)" if len(crashed) > 1 else ""
+        details.append(f"the notebook's process crashed in {_cell_name(crashed[0], origins)}{more}; a fresh "
+                       "process ran the code cells before each such cell again and went on from the cell after it")
     if any(c["ename"] == "MemoryError" for c in cells):
-        detail = ("a cell raised MemoryError, but the sandbox saw no memory limit being hit, so this is reported "
-                  "as an error of the notebook, not as memory-limit")
-    return "graded", detail
+        details.append("a cell raised MemoryError, but the sandbox saw no memory limit being hit, so this is "
+                       "reported as an error of the notebook, not as memory-limit")
+    return "graded", "; ".join(details)
+
+
+def _cell_name(cell: dict, origins: list[str]) -> str:
+    """A runner record's entry as the student knows the cell: ``your cell 4 (signal SIGSEGV)``."""
+    where = origins[cell["index"]] if 0 <= cell["index"] < len(origins) else "a cell"
+    if cell["status"] == "crashed":
+        return f"{where} ({cell['ename']}{', ' + cell['evalue'] if cell['evalue'] else ''})"
+    return f"{where}: {cell['ename']}: {cell['evalue']}"
 
 
 @contextlib.contextmanager
@@ -389,9 +402,8 @@ def _phase2(assignment: str, phase1: Phase1Result, options: Options) -> Submissi
         status, detail = "tampered", "protected cells were changed; they were restored before grading"
     if status in ("timeout", "memory-limit", "crashed") and run.isolation:
         detail += f" [limits enforced by: {_describe_limits(run)}]"
-    origins = prepared.origins
-    cell_errors = [f"{origins[c['index']] if 0 <= c['index'] < len(origins) else 'a cell'}: {c['ename']}: {c['evalue']}"
-                   for c in phase1.cells if c["status"] == "error"]
+    cell_errors = [("the process crashed in " if c["status"] == "crashed" else "") + _cell_name(c, prepared.origins)
+                   for c in phase1.cells if c["status"] in ("error", "crashed")]
     return SubmissionResult(phase1.student, status, detail, items, prepared.tampering, cell_errors[:20],
                             prepared.answers, phase1.notes, phase1.information, cpu_seconds=run.cpu_seconds)
 

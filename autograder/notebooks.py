@@ -11,6 +11,7 @@ import json
 from dataclasses import dataclass, field
 
 import nbformat
+import numpy as np
 from nbformat.v4 import new_code_cell, new_notebook
 
 MAX_NOTEBOOK_BYTES = 20 * 2**20  # after its outputs are removed (the file itself may have up to intake.MAX_ZIP_BYTES)
@@ -169,24 +170,44 @@ def _identify(submission: nbformat.NotebookNode, template: Template) -> list[str
 
 
 def _originals(submission: nbformat.NotebookNode, ids: list[str | None], template: Template) -> dict[str, int]:
-    """For each grade_id, the index of the cell that counts when it appears more than once (a pasted copy of a
-    test cell keeps its metadata, but not its cell id): the copy that kept the release cell's id; else (an
-    editor that drops ids) the first copy after the cell that the release puts before it, so that a copy
-    pasted above its function is not the one that runs; else the first."""
-    release_order = [c.metadata.get("nbgrader", {}).get("grade_id") for c in template.cells]
-    release_ids = dict(zip(release_order, (c.get("id") for c in template.cells)))
-    where: dict[str, list[int]] = {}
-    for index, gid in enumerate(ids):
-        if gid is not None:
-            where.setdefault(gid, []).append(index)
+    """For each grade_id in the submission, the index of the cell that counts when it appears more than once
+    (a pasted copy of a test cell keeps its nbgrader metadata, wherever it was pasted).
+
+    The originals are the submitted cells of the largest alignment of the submission with the release, in
+    order (a weighted longest common subsequence of their grade_ids): a cell that kept the release cell's id
+    weighs more than all id-less matches together, so a copy (which gets a new id) never displaces its
+    original, and without ids (or with ids that all changed) a copy pasted anywhere out of the release's
+    order is left out. Between a cell and copies directly next to it, nothing in the order tells them apart
+    (they run at the same point); the first is taken. A grade_id that no alignment places (cells moved out of
+    order) counts at the cell with the release id, else at its first cell.
+    """
+    release = [(c.metadata["nbgrader"]["grade_id"], c.get("id")) for c in template.cells
+               if isinstance(c.metadata.get("nbgrader"), dict) and c.metadata["nbgrader"].get("grade_id")]
+    column = {gid: j for j, (gid, _) in enumerate(release)}
+    graded = [i for i, gid in enumerate(ids) if gid in column]
+    bonus = len(graded) + 1
+    weights = [1 + (bonus if release[column[ids[i]]][1] is not None
+                    and submission.cells[i].get("id") == release[column[ids[i]]][1] else 0) for i in graded]
+    # best[k, j]: the largest weight aligning graded[k:] with release[j:] (rows filled from the end; within a
+    # row, the recurrence's max over "skip this release cell" is a running maximum from the right)
+    best = np.zeros((len(graded) + 1, len(release) + 1), dtype=np.int64)
+    for k in range(len(graded) - 1, -1, -1):
+        row = best[k + 1].copy()
+        j = column[ids[graded[k]]]
+        row[j] = max(row[j], best[k + 1, j + 1] + weights[k])
+        best[k] = np.maximum.accumulate(row[::-1])[::-1]
     chosen: dict[str, int] = {}
-    for gid, indices in where.items():
-        keepers = [i for i in indices if release_ids.get(gid) is not None
-                   and submission.cells[i].get("id") == release_ids[gid]]
-        position = release_order.index(gid) if gid in release_order else 0
-        anchor = next((g for g in reversed(release_order[:position]) if g in where and g != gid), None)
-        after = [i for i in indices if anchor is not None and i > where[anchor][0]]
-        chosen[gid] = (keepers or after or indices)[0]
+    k = j = 0
+    while k < len(graded) and j < len(release):
+        if column[ids[graded[k]]] == j and best[k, j] == best[k + 1, j + 1] + weights[k]:
+            chosen[ids[graded[k]]] = graded[k]
+            k, j = k + 1, j + 1
+        elif best[k, j] == best[k + 1, j]:
+            k += 1
+        else:
+            j += 1
+    for k, index in sorted(enumerate(graded), key=lambda pair: weights[pair[0]] == 1):  # release ids first
+        chosen.setdefault(ids[index], index)
     return chosen
 
 

@@ -11,26 +11,43 @@ processes, so that the notebook's code cannot write what the grader trusts:
   number in ``GRADER_HEARTBEAT_FD``; not inherited by the kernel). It hands the kernel one cell at a time,
   writes ``cell <index>`` to the heartbeat before each, and ``done`` only after the kernel answered for the
   last cell and ended. The trusted grader kills the run when no line arrives for the cell timeout
-  (``Limits.idle_seconds``), so the wall clock of every cell is measured by code the notebook cannot reach.
+  (``Limits.idle_seconds``), so the wall clock of every cell is measured by code the notebook cannot reach
+  (from the moment the cell is sent until the kernel answers, or a notebook answers for it: see below).
 * the **kernel** (``runner.py --kernel``) runs each cell in an IPython shell, the way a Jupyter kernel does
   (magics, ``get_ipython()``, displays; the notebook's folder is the working directory and is on
   ``sys.path``). A test cell (a prepared cell whose metadata names a check, ``{"grader": {"capture": id}}``)
   is not run as code: the supervisor sends that check's hidden inputs with it, and only then, and the
-  kernel calls ``capture.capture`` on them. The notebook's code never sees the inputs of a later test cell,
-  nor any file of them.
+  kernel calls ``capture.capture`` on them. No file holds the inputs of a later test cell, and they are not
+  sent before the cell before them has been answered for.
 
-What a notebook can still do by answering for the kernel itself (it shares the kernel's process) is hurry the
-supervisor on: later cells then come sooner, never more time in all than the cells' limits added up, and
-never past the notebook's limit. A kernel that dies (``os._exit``, a signal) or answers nonsense ends the run
-without ``done``; the supervisor exits with the kernel's status, or dies of its signal.
+A kernel that dies while it runs a cell (a segfault, an abort, ``os._exit``) or answers nonsense costs that
+cell only: the supervisor records it, starts a fresh kernel, runs the code cells before it again (not the test
+cells: their results are already captured; not cells lost to an earlier crash), each under its own heartbeat
+line, and goes on from the next cell. Cells that need what the lost cell defined fail on their own. A crash
+while cells run again counts too; after ``MAX_CRASHES`` crashes the next one ends the run without ``done``,
+and so does the first death by a limit's signal (``LIMIT_SIGNALS``: ``SIGKILL``, sent by the out-of-memory
+killer, and ``SIGXCPU``, by ``RLIMIT_CPU``): the supervisor exits with that kernel's status, or dies of its
+signal. The notebook's wall clock is kept by the grader across kernels, and so are its memory and CPU time
+where a cgroup bounds them.
+
+The notebook shares the kernel's process, so it can reach both pipes (their numbers are in the kernel's
+``argv`` and ``/proc/self/fd``) and answer for the kernel. An answer that comes while the supervisor's last
+message is still unread in its pipe is refused, and the cell counts as crashed: the kernel reads all of a cell
+before it runs it. A notebook that also reads the supervisor's messages itself can still answer for a cell
+before that cell has finished: it then receives the next cell (a test cell's hidden inputs) while its earlier
+code still runs, and may run that capture itself, longer than the cell timeout, within the notebook's limit.
+It gains time for a slow function, nothing else: the inputs hold no expected values, and come only after the
+cell before them was answered for. It can also kill the supervisor (same uid), which ends the run as crashed.
 
 ``.grader-run.json`` beside the notebook (written by the supervisor, but inside the submission's folder, so
 advisory only) records each executed cell's index and status (``ok``; ``error`` with the exception's name and
-message) and ``"kernel"``: ``running`` until the last cell is done, then ``finished``. Its space is reserved
-first, so a notebook that fills its disk does not stop it.
+message; ``crashed`` with ``signal SIGSEGV`` or ``exit code 1`` as its name) and ``"kernel"``: ``running``
+until the last cell is done, then ``finished``. Its space is reserved first, so a notebook that fills its disk
+does not stop it.
 """
 
 import argparse
+import fcntl
 import io
 import json
 import os
@@ -38,11 +55,14 @@ import signal
 import struct
 import subprocess
 import sys
+import termios
 import zipfile
 
 RECORD_RESERVE = 256 * 1024  # bytes of disk set aside for the record before any cell runs
 MAX_REPLY_BYTES = 2**20  # one answer of the kernel
 KERNEL_EXIT_SECONDS = 2.0  # how long the kernel may take to flush its output and exit after the last cell
+MAX_CRASHES = 5  # kernel crashes a run survives (ps12's forward kernel alone is called by 3 test cells)
+LIMIT_SIGNALS = (signal.SIGKILL, signal.SIGXCPU)  # a kernel killed by one of these ends the run at once
 
 
 def open_record(path):
@@ -164,6 +184,70 @@ def _cell_entry(index, reply):
     return {"index": index, "status": "ok"}
 
 
+def _unread(fd):
+    """How many bytes written to the pipe ``fd`` (either end) are still unread (Linux ``FIONREAD``)."""
+    return struct.unpack("i", fcntl.ioctl(fd, termios.FIONREAD, b"\0" * 4))[0]
+
+
+def _how_it_ended(status):
+    """``signal SIGSEGV`` or ``exit code 1``, from a ``Popen.returncode``."""
+    if status < 0:
+        try:
+            return f"signal {signal.Signals(-status).name}"
+        except ValueError:
+            return f"signal {-status}"
+    return f"exit code {status}"
+
+
+class Kernel:
+    """One kernel process and the supervisor's ends of its two pipes."""
+
+    def __init__(self, notebook):
+        self.stopped = False  # whether the supervisor killed it
+        self.refused = ""  # why its last answer was not taken, if it was not
+        command_read, self.command_write = os.pipe()
+        self.reply_read, reply_write = os.pipe()
+        self.process = subprocess.Popen(
+            [sys.executable, os.path.abspath(__file__), "--kernel", str(command_read), str(reply_write), notebook],
+            stdin=subprocess.DEVNULL, pass_fds=(command_read, reply_write), close_fds=True)
+        os.close(command_read)
+        os.close(reply_write)
+
+    def ask(self, header, files=None):
+        """Send one cell and wait for the answer; None when the kernel is gone or answered nonsense (``refused``
+        then says why): an answer that comes while part of the cell is still unread in its pipe is not the
+        kernel's, which reads all of a cell before it runs it."""
+        try:
+            send(self.command_write, header, files)
+        except OSError:
+            return None
+        reply, _ = receive(self.reply_read, MAX_REPLY_BYTES)
+        if reply is not None and _unread(self.command_write):
+            self.refused = "an answer came before the cell was read"
+            return None
+        return reply
+
+    def end(self, politely):
+        """Stop the kernel (asking it to exit first when ``politely``) and return its exit status."""
+        if politely:
+            try:
+                send(self.command_write, {"exit": True})
+                self.process.wait(timeout=KERNEL_EXIT_SECONDS)
+            except (OSError, subprocess.TimeoutExpired):
+                pass
+        else:  # its pipe ended: give a dying kernel a moment to finish dying, so its own status is seen
+            try:
+                self.process.wait(timeout=KERNEL_EXIT_SECONDS)
+            except subprocess.TimeoutExpired:
+                pass
+        if self.process.poll() is None:
+            self.process.kill()
+            self.stopped = True
+        for fd in (self.command_write, self.reply_read):
+            os.close(fd)
+        return self.process.wait()
+
+
 def supervise(notebook):
     cells = _read_cells(notebook)
     inputs = _hidden_inputs(sys.stdin.buffer)
@@ -175,48 +259,40 @@ def supervise(notebook):
 
     folder = os.path.dirname(os.path.abspath(notebook))
     record = open_record(os.path.join(folder, ".grader-run.json"))
-    command_read, command_write = os.pipe()
-    reply_read, reply_write = os.pipe()
-    kernel = subprocess.Popen(
-        [sys.executable, os.path.abspath(__file__), "--kernel", str(command_read), str(reply_write), notebook],
-        stdin=subprocess.DEVNULL, pass_fds=(command_read, reply_write), close_fds=True)
-    os.close(command_read)
-    os.close(reply_write)
-
-    executed = []
+    kernel = Kernel(notebook)
+    executed, skipped = [], set()  # record entries; cells lost to a crash, never run again
+    replay = []  # code cells to run again in a fresh kernel before the next cell
+    index = 0  # the next cell to run for the first time
     write_record(record, executed, "running")
-    finished = True
-    for index, (source, check) in enumerate(cells):
-        heartbeat(beat_fd, f"cell {index}")
-        try:
-            if check:
-                send(command_write, {"capture": check}, inputs.pop(check, {}))
+    while index < len(cells):
+        current = replay[0] if replay else index
+        source, check = cells[current]
+        heartbeat(beat_fd, f"cell {current}")
+        reply = kernel.ask({"capture": check}, inputs.pop(check, {})) if check else kernel.ask({"run": source})
+        if reply is not None:
+            if replay:
+                replay.pop(0)
             else:
-                send(command_write, {"run": source})
-        except OSError:  # the kernel is gone
-            finished = False
-            break
-        reply, _ = receive(reply_read, MAX_REPLY_BYTES)
-        if reply is None:
-            finished = False
-            break
-        executed.append(_cell_entry(index, reply))
+                executed.append(_cell_entry(index, reply))
+                write_record(record, executed, "running")
+                index += 1
+            continue
+        status = kernel.end(politely=False)
+        executed.append({"index": current, "status": "crashed", "ename": kernel.refused or _how_it_ended(status),
+                         "evalue": "while it ran again after a later cell crashed" if replay else ""})
         write_record(record, executed, "running")
-    if finished:
-        try:
-            send(command_write, {"exit": True})
-            kernel.wait(timeout=KERNEL_EXIT_SECONDS)
-        except (OSError, subprocess.TimeoutExpired):
-            pass
-    if kernel.poll() is None:
-        kernel.kill()
-    status = kernel.wait()
-    if not finished:  # end the way the kernel ended, without "done"
-        if status < 0:
-            if -status not in (signal.SIGKILL, signal.SIGSTOP):
-                signal.signal(-status, signal.SIG_DFL)
-            os.kill(os.getpid(), -status)
-        os._exit(status if status > 0 else 1)
+        limit = -status in LIMIT_SIGNALS and not kernel.stopped
+        if limit or sum(entry["status"] == "crashed" for entry in executed) > MAX_CRASHES:  # end as the kernel did
+            if status < 0:
+                if -status not in (signal.SIGKILL, signal.SIGSTOP):
+                    signal.signal(-status, signal.SIG_DFL)
+                os.kill(os.getpid(), -status)
+            os._exit(status if status > 0 else 1)
+        skipped.add(current)
+        index = max(index, current + 1)
+        replay = [j for j in range(index) if cells[j][1] is None and j not in skipped]
+        kernel = Kernel(notebook)
+    kernel.end(politely=True)
     write_record(record, executed, "finished")
     heartbeat(beat_fd, "done")
     os._exit(0)

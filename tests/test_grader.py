@@ -79,12 +79,12 @@ def _(folder):
     write(submission(PS, NB, answers={"causal_mask": bomb}), folder, NB)
 
 
-@case("segfault", "crashed", 3)
+@case("segfault", "graded", FULL - 1)  # the crash costs its cell only (tests/test_grader_crashes.py)
 def _(folder):
     write(submission(PS, NB, answers={"causal_mask": "import ctypes\nctypes.string_at(0)\n"}), folder, NB)
 
 
-@case("os-exit", "crashed", 3)
+@case("os-exit", "graded", FULL - 1)
 def _(folder):
     write(submission(PS, NB, answers={"causal_mask": "import os\nos._exit(0)\n"}), folder, NB)
 

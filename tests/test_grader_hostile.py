@@ -55,6 +55,11 @@ def solved(folder: Path, name: str, **kwargs) -> Path:
     return write(submission(PS, NB, **kwargs), folder / name, NB)
 
 
+# Ends the run for good: a crash of the kernel alone costs only its cell (runner.py), so these cells kill the
+# runner's supervisor, the kernel's parent.
+KILL_RUNNER = "import os, signal\nos.kill(os.getppid(), signal.SIGKILL)\n"
+
+
 def final_cell(code: str) -> list[str]:
     """A last cell that runs after every test cell has been captured."""
     return [code]
@@ -66,21 +71,21 @@ def final_cell(code: str) -> list[str]:
 def _(folder, name):
     solved(folder, name, extra_cells=final_cell(
         "import json, os\njson.dump({'cells': 5, 'kernel': ['finished']}, open('/submission/.grader-run.json', 'w'))\n"
-        "os._exit(0)\n"))
+        + KILL_RUNNER))
 
 
 @case("run-record-bad-cells", "crashed", FULL)
 def _(folder, name):
     solved(folder, name, extra_cells=final_cell(
         "import json, os\njson.dump({'cells': [{'index': 'x'}, 7], 'kernel': 'finished'}, "
-        "open('/submission/.grader-run.json', 'w'))\nos._exit(0)\n"))
+        "open('/submission/.grader-run.json', 'w'))\n" + KILL_RUNNER))
 
 
 @case("run-record-forged-timeout", "crashed", FULL)
 def _(folder, name):
     solved(folder, name, extra_cells=final_cell(
         "import json, os\njson.dump({'cells': [], 'kernel': 'timeout'}, open('/submission/.grader-run.json', 'w'))\n"
-        "os._exit(0)\n"))
+        + KILL_RUNNER))
 
 
 @case("npy-enormous-shape", "graded", FULL - 1)
@@ -243,6 +248,19 @@ def _(folder, name):
     (folder / name / NB).write_text(nbformat.writes(nb, version=nbformat.NO_CONVERT))
 
 
+@case("several-copies-no-ids", "graded", FULL)
+def _(folder, name):
+    """Copies of the three softmax tests pasted right after the set-up cell, in order, in a notebook re-saved
+    with new cell ids: each copy's release neighbour is another copy (issue 33)."""
+    nb = submission(PS, NB)
+    tests = [c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id", "").startswith("test_softmax")]
+    for offset, test in enumerate(tests):
+        nb.cells.insert(2 + offset, nbformat.from_dict(dict(test)))
+    for index, cell in enumerate(nb.cells):
+        cell["id"] = f"resaved{index}"
+    write(nb, folder / name, NB)
+
+
 @case("answer-split-in-three", "graded", FULL)
 def _(folder, name):
     """JupyterLab's split cell, twice: every part keeps the answer cell's metadata."""
@@ -324,7 +342,7 @@ def _(folder, name):
     write(nb, folder / name, NB)
 
 
-@case("kills-itself", "crashed", FULL)
+@case("kills-itself", "crashed", FULL)  # SIGKILL, the out-of-memory killer's signal, ends the run (runner.py)
 def _(folder, name):
     solved(folder, name, extra_cells=final_cell("import os, signal\nos.kill(os.getpid(), signal.SIGKILL)\n"))
 
@@ -367,7 +385,7 @@ def forge(line):
 
 @case("forges-done-then-exits", "crashed", FULL)
 def _(folder, name):
-    solved(folder, name, extra_cells=final_cell(FORGE_PIPES + "forge(b'done\\n')\nos._exit(0)\n"))
+    solved(folder, name, extra_cells=final_cell(FORGE_PIPES + "forge(b'done\\n')\n" + KILL_RUNNER))
 
 
 @case("forges-beats-from-a-thread", "timeout", FULL)
@@ -424,7 +442,7 @@ def _hunt():
 _found = _hunt()
 if _found:
     print('FOUND', _found, flush=True)
-    os._exit(7)
+    os.kill(os.getppid(), 9)  # the run ends crashed (a crash of the kernel alone costs only its cell)
 """
 
 
@@ -613,6 +631,7 @@ def test_intake_notes_say_what_was_changed(graded):
     page = next((out / "feedback").glob("answer-split-in-three*/*.html")).read_text()
     assert all(part in page for part in ("PART-ONE", "PART-TWO", "PART-THREE"))
     assert "copy" in row_for(rows, "no-cell-ids-copy-above")["notes"]
+    assert row_for(rows, "several-copies-no-ids")["notes"].count("was not run") == 3
 
 
 def test_int_mask_message_names_the_dtype(graded):

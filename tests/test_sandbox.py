@@ -24,6 +24,7 @@ from pathlib import Path
 import pytest
 
 from autograder import sandbox
+from autograder.runner import MAX_CRASHES
 from autograder.sandbox import Limits, SandboxUnavailable, bubblewrap_available, read_result_file, run_sandboxed
 
 PYTHON = sys.executable
@@ -709,6 +710,61 @@ def test_runner_cell_timeout_is_enforced_by_the_parent(tmp_path):
     assert result.killed_by == "idle" and result.last_heartbeat == "cell 1"
     assert record == {"cells": [{"index": 0, "status": "ok"}], "kernel": "running"}
     assert "never" not in result.stdout
+
+
+SEGFAULT = "import ctypes\nctypes.string_at(0)"
+
+
+@needs_bwrap
+def test_runner_goes_on_after_a_crash_in_a_fresh_kernel(tmp_path):
+    """A crashed cell is recorded and lost; the code cells before it run again in a fresh kernel (each time),
+    and the run goes on from the next cell to the end."""
+    result, record = run_runner(tmp_path, [
+        "x = 1\nopen('runs', 'a').write('x')",
+        "y = 2\n" + SEGFAULT,
+        "print('x is', x, 'y' in globals())",
+        "import os\nos._exit(3)",
+        "print('end', x)",
+    ], Limits(wall_seconds=60, idle_seconds=30))
+    assert result.returncode == 0 and result.last_heartbeat == "done", result.stderr[-3000:]
+    assert record == {"cells": [{"index": 0, "status": "ok"},
+                                {"index": 1, "status": "crashed", "ename": "signal SIGSEGV", "evalue": ""},
+                                {"index": 2, "status": "ok"},
+                                {"index": 3, "status": "crashed", "ename": "exit code 3", "evalue": ""},
+                                {"index": 4, "status": "ok"}], "kernel": "finished"}
+    assert "x is 1 False" in result.stdout and "end 1" in result.stdout
+    assert (tmp_path / "runs").read_text() == "xxx"  # once, then once after each crash
+
+
+@needs_bwrap
+@pytest.mark.parametrize("cells, signal_number", [
+    ([SEGFAULT] * (MAX_CRASHES + 1), signal.SIGSEGV),
+    (["import os\nos.kill(os.getpid(), 9)"], signal.SIGKILL),  # the out-of-memory killer's signal: at once
+])
+def test_runner_ends_the_run_after_too_many_crashes_or_a_limit_signal(cells, signal_number, tmp_path):
+    result, record = run_runner(tmp_path, cells + ["print('never')"], Limits(wall_seconds=60, idle_seconds=30))
+    assert result.signal == signal_number and result.last_heartbeat != "done", result.stderr[-3000:]
+    assert "never" not in result.stdout
+    assert [c["status"] for c in record["cells"]] == ["crashed"] * len(cells)
+    assert record["kernel"] == "running"
+
+
+@needs_bwrap
+def test_runner_refuses_an_answer_to_a_cell_the_kernel_has_not_read(tmp_path):
+    """A thread of the notebook writes well-formed answers to the reply pipe (its number is in the kernel's
+    argv) without reading the supervisor's messages: the answer that comes while the next cell is still unread
+    is refused, so no cell is recorded as run that did not run."""
+    forge = ("import sys, threading, time\nsys.path.insert(0, '/grader')\nimport runner\n"
+             "reply_fd = int(sys.argv[sys.argv.index('--kernel') + 2])\n"
+             "def forge():\n    while True:\n        time.sleep(0.5)\n        runner.send(reply_fd, {'status': 'ok'})\n"
+             "threading.Thread(target=forge, daemon=True).start()")
+    result, record = run_runner(tmp_path, [forge, "import time\ntime.sleep(4)", "print('cell 2 ran')",
+                                           "print('cell 3 ran')"], Limits(wall_seconds=60, idle_seconds=30))
+    statuses = {cell["index"]: cell for cell in record["cells"]}
+    for index in (2, 3):
+        assert statuses[index]["status"] != "ok" or f"cell {index} ran" in result.stdout, (record, result.stdout)
+    refused = [c for c in record["cells"] if c.get("ename") == "an answer came before the cell was read"]
+    assert refused and all(c["status"] == "crashed" for c in refused), record
 
 
 @needs_root
