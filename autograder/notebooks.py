@@ -229,6 +229,23 @@ def capture_cell(grade_id: str) -> nbformat.NotebookNode:
                          metadata={"grader": {"capture": grade_id}})
 
 
+def _grading_edits(cell: nbformat.NotebookNode, gid: str, release: dict) -> list[str]:
+    """The edits to what a cell is worth: its ``points`` or its ``grade`` flag differ from the release's (a
+    metadata key an editor dropped is no edit). The release's values are the ones used."""
+    meta = cell.metadata.get("nbgrader")
+    if not isinstance(meta, dict):
+        return []
+    edits = []
+    if "points" in meta and meta["points"] != release.get("points"):
+        before = release.get("points")
+        edits.append(f"the points of {gid!r} were changed from {'none' if before is None else f'{before:g}'} to "
+                     f"{str(meta['points'])[:20]} (the release's are used)")
+    if "grade" in meta and bool(meta["grade"]) != bool(release.get("grade", False)):
+        edits.append(f"{gid!r} was made {'a graded' if meta['grade'] else 'an ungraded'} cell "
+                     "(the release's flag is used)")
+    return edits
+
+
 def prepare(submission: nbformat.NotebookNode, template: Template) -> Prepared:
     """Restore protected cells, report edits to them, and replace every test cell by a capture call.
 
@@ -241,12 +258,15 @@ def prepare(submission: nbformat.NotebookNode, template: Template) -> Prepared:
     prepared.origins.append("the grader's set-up")
     auto_ids = {i.grade_id for i in template.auto_items}
     manual = {i.grade_id for i in template.items if i.kind == "manual"}
-    points = {i.grade_id: i.points for i in template.items}
+    release_meta = {c.metadata["nbgrader"]["grade_id"]: c.metadata["nbgrader"] for c in template.cells
+                    if isinstance(c.metadata.get("nbgrader"), dict) and c.metadata["nbgrader"].get("grade_id")}
     ids = _identify(submission, template)
     originals = _originals(submission, ids, template)
     answer_parts: dict[str, list[str]] = {}
     for index, (cell, gid) in enumerate(zip(submission.cells, ids)):
         where = f"your cell {index + 1}"
+        if gid is not None and originals.get(gid) == index:
+            prepared.tampering += _grading_edits(cell, gid, release_meta[gid])
         if gid in manual:
             if index in _answer_block(ids, originals[gid]) or not cell.metadata.get("nbgrader"):
                 answer_parts.setdefault(gid, []).append(cell.source)
@@ -258,10 +278,6 @@ def prepare(submission: nbformat.NotebookNode, template: Template) -> Prepared:
                 prepared.notes.append(f"a copy of the read-only cell {gid!r} ({where}) was not run")
                 continue
             original = template.protected[gid]
-            meta = cell.metadata.get("nbgrader", {})
-            if gid in points and isinstance(meta, dict) and meta.get("points") is not None and meta.get("points") != points[gid]:
-                prepared.tampering.append(f"the points of {gid!r} were changed from {points[gid]:g} to "
-                                          f"{str(meta.get('points'))[:20]} (restored)")
             if _norm(cell.source) != _norm(original.source) or cell.cell_type != original.cell_type:
                 prepared.tampering.append(f"read-only cell {gid!r} was edited (restored)")
             if gid in auto_ids:

@@ -854,3 +854,27 @@ def test_a_notebook_of_too_many_cells_is_refused_quickly_and_one_of_many_cells_i
           "metadata": {}, "nbformat": 3, "nbformat_minor": 0}
     with pytest.raises(InvalidNotebook, match="3000 cells"):
         parse_notebook(json.dumps(v3).encode())
+
+
+# -- 12. Tampering means what the README says: any changed points or grade flag of a known cell is reported -------
+
+def test_points_raised_on_a_written_answer_or_an_answer_cell_made_graded_are_tampering():
+    """README, status table: ``tampered``: read-only cells or points were edited. The red team raised a written
+    answer's points to 100 and made a code answer cell a graded cell worth 50: neither was reported."""
+    from autograder.grade import release_template
+    from autograder.notebooks import prepare
+
+    template, notebook = release_template("ps1-attention")
+    answer = next(i.grade_id for i in template.items if i.kind == "manual")
+    nb = submission("ps1-attention", notebook)
+    for cell in nb.cells:
+        meta = cell.metadata.get("nbgrader", {})
+        if meta.get("grade_id") == answer:
+            meta["points"] = 100
+        elif meta.get("grade_id") == "softmax":
+            meta.update(grade=True, points=50)
+    tampering = prepare(nb, template).tampering
+    assert any(f"points of {answer!r} were changed" in t and "to 100" in t for t in tampering), tampering
+    assert any("'softmax' was made a graded cell" in t for t in tampering), tampering
+    assert any("points of 'softmax' were changed from none to 50" in t for t in tampering), tampering
+    assert prepare(submission("ps1-attention", notebook), template).tampering == []  # an honest notebook
