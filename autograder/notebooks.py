@@ -229,6 +229,12 @@ def capture_cell(grade_id: str) -> nbformat.NotebookNode:
                          metadata={"grader": {"capture": grade_id}})
 
 
+def release_cell(grade_id: str, source: str) -> nbformat.NotebookNode:
+    """A read-only cell, restored from the release: the runner keeps what it binds, and the test cells call the
+    graded functions through those definitions, not through names the student's later cells may rebind."""
+    return new_code_cell(source, metadata={"grader": {"release": grade_id}})
+
+
 def _grading_edits(cell: nbformat.NotebookNode, gid: str, release: dict) -> list[str]:
     """The edits to what a cell is worth: its ``points`` or its ``grade`` flag differ from the release's (a
     metadata key an editor dropped is no edit). The release's values are the ones used."""
@@ -284,7 +290,7 @@ def prepare(submission: nbformat.NotebookNode, template: Template) -> Prepared:
                 cells.append(capture_cell(gid))
                 prepared.origins.append(f"test cell {gid!r} ({where})")
             elif original.cell_type == "code":
-                cells.append(new_code_cell(original.source))
+                cells.append(release_cell(gid, original.source))
                 prepared.origins.append(f"read-only cell {gid!r} ({where})")
             continue
         if cell.cell_type == "code":
@@ -297,7 +303,7 @@ def prepare(submission: nbformat.NotebookNode, template: Template) -> Prepared:
                 cells.append(capture_cell(gid))
                 prepared.origins.append(f"test cell {gid!r} (deleted; run at the end)")
             elif original.cell_type == "code":  # set-up code (imports, helpers): restore it before everything
-                cells.insert(1, new_code_cell(original.source))
+                cells.insert(1, release_cell(gid, original.source))
                 prepared.origins.insert(1, f"read-only cell {gid!r} (deleted; restored at the start)")
     for gid in manual:
         if gid in answer_parts:

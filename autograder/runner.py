@@ -17,7 +17,9 @@ processes, so that the notebook's code cannot write what the grader trusts:
   (magics, ``get_ipython()``, displays; the notebook's folder is the working directory and is on
   ``sys.path``). A test cell (a prepared cell whose metadata names a check, ``{"grader": {"capture": id}}``)
   is not run as code: the supervisor sends that check's hidden inputs with it, and only then, and the
-  kernel calls ``capture.capture`` on them. No file holds the inputs of a later test cell, and they are not
+  kernel calls ``capture.capture`` on them. The graded functions are looked up through what the release's
+  read-only cells (``{"grader": {"release": id}}``) bound, kept right after each ran (``_calling_namespace``):
+  a student's later cell that redefines a read-only wrapper or launcher changes nothing. No file holds the inputs of a later test cell, and they are not
   sent before the cell before them has been answered for.
 
 A kernel that dies while it runs a cell (a segfault, an abort, ``os._exit``) or answers nonsense costs that
@@ -148,11 +150,13 @@ def receive(fd, limit=None):
 # -- The supervisor ----------------------------------------------------------------------------------------------
 
 def _read_cells(notebook):
-    """``(source, check id or None)`` for every code cell of the prepared notebook."""
+    """``(source, check id or None, whether it is a read-only cell of the release)`` for every code cell of the
+    prepared notebook."""
     with open(notebook, encoding="utf-8") as f:
         cells = [c for c in json.load(f)["cells"] if c["cell_type"] == "code"]
     return [("".join(c["source"]) if isinstance(c["source"], list) else c["source"],
-             c.get("metadata", {}).get("grader", {}).get("capture")) for c in cells]
+             c.get("metadata", {}).get("grader", {}).get("capture"),
+             bool(c.get("metadata", {}).get("grader", {}).get("release"))) for c in cells]
 
 
 def _hidden_inputs(stream):
@@ -266,9 +270,10 @@ def supervise(notebook):
     write_record(record, executed, "running")
     while index < len(cells):
         current = replay[0] if replay else index
-        source, check = cells[current]
+        source, check, release = cells[current]
         heartbeat(beat_fd, f"cell {current}")
-        reply = kernel.ask({"capture": check}, inputs.pop(check, {})) if check else kernel.ask({"run": source})
+        reply = (kernel.ask({"capture": check}, inputs.pop(check, {})) if check
+                 else kernel.ask({"run": source, "release": release}))
         if reply is not None:
             if replay:
                 replay.pop(0)
@@ -310,6 +315,45 @@ def _load_capture():
     return module
 
 
+def _bound_names(shell, source):
+    """The names a cell binds at its top level (functions, classes, imports, assignments); none if it does not
+    parse."""
+    import ast
+
+    try:
+        tree = ast.parse(shell.transform_cell(source))
+    except (SyntaxError, ValueError, RecursionError):
+        return set()
+    names = set()
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            names.update((a.asname or a.name).split(".")[0] for a in node.names)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            for target in node.targets if isinstance(node, ast.Assign) else [node.target]:
+                names.update(n.id for n in ast.walk(target) if isinstance(n, ast.Name))
+    return names
+
+
+def _calling_namespace(user_ns, release):
+    """What a test cell's capture looks the graded functions up in: the notebook's namespace, with every name a
+    read-only cell of the release bound as that cell bound it (kept right after it ran), its functions re-made to
+    look their own globals up here too. A later cell of the student's that redefines a wrapper (``flash_output``)
+    or a launcher it calls (``run_forward``) changes nothing; the student's own functions are found as usual."""
+    import types
+
+    namespace = dict(user_ns)
+    namespace.update(release)
+    for name, value in release.items():
+        if isinstance(value, types.FunctionType):
+            function = types.FunctionType(value.__code__, namespace, value.__name__, value.__defaults__,
+                                          value.__closure__)
+            function.__kwdefaults__ = value.__kwdefaults__
+            namespace[name] = function
+    return namespace
+
+
 def run_kernel(command_fd, reply_fd, notebook):
     # As in a kernel started for this notebook: files it writes (%%writefile helper.py) are importable.
     folder = os.path.dirname(os.path.abspath(notebook))
@@ -319,6 +363,7 @@ def run_kernel(command_fd, reply_fd, notebook):
 
     shell = InteractiveShell.instance()
     capture = None
+    release = {}  # name -> what the release's read-only cells bound it to
     while True:
         message, files = receive(command_fd)
         if message is None or "exit" in message:
@@ -327,11 +372,15 @@ def run_kernel(command_fd, reply_fd, notebook):
         if "capture" in message:
             try:
                 capture = capture or _load_capture()
-                capture.capture(str(message["capture"]), namespace=shell.user_ns, inputs=files)
+                capture.capture(str(message["capture"]), namespace=_calling_namespace(shell.user_ns, release),
+                                inputs=files)
             except Exception as err:  # noqa: BLE001 - the notebook may have broken what capture needs
                 reply = {"status": "error", "ename": type(err).__name__, "evalue": str(err)}
         else:
             result = shell.run_cell(message["run"], store_history=True)
+            if message.get("release"):
+                release.update({name: shell.user_ns[name] for name in _bound_names(shell, message["run"])
+                                if name in shell.user_ns})
             error = result.error_before_exec or result.error_in_exec
             if error is not None:
                 reply = {"status": "error", "ename": type(error).__name__, "evalue": str(error)[:1000]}
