@@ -4,7 +4,8 @@
 It is the student's own notebook as graded: the student's code and written answers in their cells (outputs
 dropped: they were never run by the grader), read-only cells restored from the release notebook (so no hidden
 test source, which the release does not hold), and under each test cell, as that cell's output, its points
-and the grader's message for its hidden cases. A first cell gives the status and what the grader noted. The
+and the grader's message for its hidden cases (a stream output, which every renderer escapes). A first cell
+gives the status and what the grader noted (exception messages and file names escaped, verbatim). The
 release's nbgrader metadata is kept on every graded and answer cell, so formgrader and ``generate_feedback``
 find the grades and comments in the gradebook.
 """
@@ -12,6 +13,7 @@ find the grades and comments in the gradebook.
 from __future__ import annotations
 
 import copy
+import html
 
 import nbformat
 from nbformat.v4 import new_markdown_cell, new_output
@@ -32,12 +34,22 @@ def _result_output(item) -> nbformat.NotebookNode:
     return new_output("stream", name="stdout", text=text)
 
 
+def _verbatim(texts: list[str]) -> str:
+    """Untrusted texts (exception messages, file names a student chose) as a Markdown cell may hold them: one
+    HTML ``<pre>`` block with every text escaped, so no tag, link, style or Markdown in them is live wherever
+    the notebook is rendered (formgrader, ``generate_feedback``'s page), and MathJax skips it."""
+    return ("<pre style=\"white-space: pre-wrap\">" + "\n".join(html.escape(t, quote=True) for t in texts)
+            + "</pre>")
+
+
 def _status_cell(result, assignment: str) -> nbformat.NotebookNode:
-    lines = [f"**{assignment}: graded by the course's autograder.** Status: `{result.status}`. "
+    """The first cell: the status (the grader's own words) and, verbatim, the detail and notes."""
+    lines = [f"**{html.escape(assignment)}: graded by the course's autograder.** Status: `{result.status}`. "
              f"{STATUS_TEXT[result.status]}"]
-    if result.detail:
-        lines.append(result.detail)
-    lines += [f"- {note}" for note in result.tampering + result.notes + result.cell_errors[:5]]
+    untrusted = [result.detail] if result.detail else []
+    untrusted += [f"- {note}" for note in result.tampering + result.notes + result.cell_errors[:5]]
+    if untrusted:
+        lines.append(_verbatim(untrusted))
     lines.append("Under each test cell: its points and what the hidden tests found.")
     return new_markdown_cell("\n\n".join(lines))
 
