@@ -2,7 +2,8 @@
 ``generate_feedback`` turns into the student's feedback page.
 
 It is the student's own notebook as graded: the student's code and written answers in their cells (outputs
-dropped: they were never run by the grader), read-only cells restored from the release notebook (so no hidden
+dropped: they were never run by the grader; the student's Markdown shown as its source, escaped, since formgrader
+renders it in the instructor's Jupyter, where a live script could act as the instructor), read-only cells restored from the release notebook (so no hidden
 test source, which the release does not hold), and under each test cell, as that cell's output, its points
 and the grader's message for its hidden cases (a stream output, which every renderer escapes). A first cell
 gives the status and what the grader noted (exception messages and file names escaped, verbatim). The
@@ -79,10 +80,11 @@ def autograded_notebook(release: nbformat.NotebookNode, submitted: bytes | None,
     def place(gid: str, student_source: str | None) -> None:
         cell = copy.deepcopy(release_cells[gid])
         meta = cell.metadata["nbgrader"]
-        if gid in result.answers:
-            cell.source = result.answers[gid]
-        elif meta.get("solution") and student_source is not None:
-            cell.source = student_source
+        students = gid in result.answers or (meta.get("solution") and student_source is not None)
+        if students:
+            cell.source = result.answers.get(gid, student_source)
+        if students and cell.cell_type == "markdown":
+            cell.source = _verbatim([cell.source])  # the student's Markdown: shown as its source, never live
         if cell.cell_type == "code":
             cell.outputs, cell.execution_count = [], None
             if gid in items:
@@ -94,9 +96,10 @@ def autograded_notebook(release: nbformat.NotebookNode, submitted: bytes | None,
         if gid in release_cells:
             if gid not in placed:  # a pasted copy of a cell is left out: the original counts
                 place(gid, cell.source)
-        elif cell.cell_type in ("code", "markdown"):
-            own = (nbformat.v4.new_code_cell if cell.cell_type == "code" else new_markdown_cell)(cell.source)
-            cells.append(own)
+        elif cell.cell_type == "code":
+            cells.append(nbformat.v4.new_code_cell(cell.source))
+        elif cell.cell_type == "markdown":
+            cells.append(new_markdown_cell(_verbatim([cell.source])))
     for gid in release_cells:
         if gid not in placed:  # deleted, or nothing readable was submitted: the release cell
             place(gid, None)

@@ -423,3 +423,28 @@ def test_nbgraders_bookkeeping_files_are_not_the_students_extra_files(tmp_path):
         (folder / name).write_text("2026-01-01 00:00:00 UTC")
     found, *_ = nbgrader_submissions(tmp_path / "submitted", PS)
     assert sorted(load(found["amy"], NB).siblings) == ["helper.py"]
+
+
+def test_the_students_markdown_and_messages_are_inert_in_the_autograded_notebook():
+    """Formgrader renders the autograded notebook in the instructor's Jupyter, where a script could act as the
+    instructor: the student's written answer, own Markdown cells and exception messages are shown as text."""
+    import nbformat
+    from nbconvert import HTMLExporter
+
+    from autograder.grade import SubmissionResult, release_template
+    from autograder.nbfeedback import autograded_notebook
+    from submissions import release, submission
+
+    template, _ = release_template(PS)
+    (manual,) = [i.grade_id for i in template.items if i.kind == "manual"]
+    answer = "My answer: <img src=y onerror=alert(2)> and $x^2$"
+    submitted = submission(PS, NB, answers={manual: answer})
+    submitted.cells.append(nbformat.v4.new_markdown_cell("<style>body{display:none}</style> my own notes"))
+    result = SubmissionResult("eve", "graded", answers={manual: answer},
+                              cell_errors=["ValueError: <script>alert(3)</script>"])
+    notebook = autograded_notebook(release(PS, NB), nbformat.writes(submitted).encode(), result, PS)
+    page, _ = HTMLExporter().from_notebook_node(notebook)
+    assert "&lt;img src=y onerror=alert(2)&gt;" in page and "&lt;script&gt;alert(3)" in page  # shown ...
+    assert "my own notes" in page and "&lt;style&gt;body{display:none}" in page
+    for live in ("<img src=y", "<script>alert(3)", "<style>body{display:none}"):  # ... never live
+        assert live not in page
