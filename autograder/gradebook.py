@@ -165,7 +165,8 @@ def record(path: Path, assignment: str, notebook: str, template, results, releas
             folder.mkdir(parents=True, exist_ok=True)
             nbformat.write(autograded_notebooks[result.student], folder / notebook)
             if result.student in term.submitted_from:
-                carry_files(term.submitted_from[result.student], folder)
+                carry_files(term.submitted_from[result.student], folder,
+                            timing.submitted_at if timing and result.student in term.time_notes else None)
             remove_stale_feedback(course / "feedback" / student / assignment)
 
 

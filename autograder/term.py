@@ -18,6 +18,7 @@ from __future__ import annotations
 import csv
 import os
 import re
+import secrets
 import sys
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
@@ -181,11 +182,19 @@ def read_roster(path: Path, option: str = "--roster") -> tuple[list[str], dict[s
     return list(table), table
 
 
-def carry_files(submitted: Path, autograded: Path) -> None:
+def carry_files(submitted: Path, autograded: Path, taken: datetime | None = None) -> None:
     """Copy nbgrader's ``timestamp.txt`` and ``submission_secret.txt`` (small, no links) into
-    ``autograded/<student>/<assignment>/``: ``generate_feedback`` and ``release_feedback`` read them there."""
+    ``autograded/<student>/<assignment>/``: ``generate_feedback`` and ``release_feedback`` read them there, and
+    ``release_feedback`` stops for the whole class at one that is missing. So ``taken``, the time the grader took
+    for a submission without a readable ``timestamp.txt``, is written in its place (as nbgrader writes times),
+    and a missing secret is replaced by a new random one (that student's ``fetch_feedback`` then finds no page:
+    ask them to submit again)."""
     for name in CARRIED_FILES:
         text = _small_text(submitted / name)
+        if name == "timestamp.txt" and taken is not None:
+            text = f"{taken:%Y-%m-%d %H:%M:%S.%f} UTC"
+        elif name == "submission_secret.txt" and not (text or "").strip():
+            text = secrets.token_hex(16)
         if text is not None:
             (autograded / name).write_text(text, encoding="utf-8")
 

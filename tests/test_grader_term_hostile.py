@@ -316,6 +316,12 @@ def test_an_unreadable_timestamp_in_a_course_is_late_in_the_gradebook_too(tmp_pa
         (stamp,) = db.execute("SELECT timestamp FROM submitted_assignment").fetchone()
         (penalty,) = db.execute("SELECT late_submission_penalty FROM submitted_notebook").fetchone()
     assert stamp and stamp > "2026-01-08" and penalty == float(row["max_score"])
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "lib"), str(ROOT)])}
+    for step in ("generate_feedback", "release_feedback"):  # nbgrader's own steps read the time it was given
+        done = subprocess.run([sys.executable, "-m", "nbgrader", step, PS], cwd=course, env=env,
+                              capture_output=True, text=True)
+        assert done.returncode == 0 and "ERROR" not in done.stderr, done.stderr[-2000:]
+    assert len(list((tmp_path / "exchange" / "llmarch" / "feedback").glob("*.html"))) == 1
 
 
 # -- Identity from names students choose (Canvas display names, exchange folder names) -------------------------------
