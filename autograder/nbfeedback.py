@@ -2,9 +2,10 @@
 ``generate_feedback`` turns into the student's feedback page.
 
 It is the student's own notebook as graded: the student's code and written answers in their cells (outputs
-dropped: they were never run by the grader; the student's Markdown shown as its source, escaped, since formgrader
-renders it in the instructor's Jupyter, where a live script could act as the instructor), read-only cells restored from the release notebook (so no hidden
-test source, which the release does not hold), and under each test cell, as that cell's output, its points
+dropped: they were never run by the grader; the student's Markdown shown as its source, escaped, since
+formgrader renders it in the instructor's Jupyter, where a live script could act as the instructor), read-only
+cells restored from the release notebook (so no hidden test source, which the release does not hold), and under
+each test cell, as that cell's output, its points
 and the grader's message for its hidden cases (a stream output, which every renderer escapes). A first cell
 gives the status and what the grader noted (exception messages and file names escaped, verbatim). The
 release's nbgrader metadata is kept on every graded and answer cell, so formgrader and ``generate_feedback``
@@ -36,7 +37,7 @@ def _result_output(item) -> nbformat.NotebookNode:
 
 
 def _verbatim(texts: list[str]) -> str:
-    """Untrusted texts (exception messages, file names a student chose) as a Markdown cell may hold them: one
+    """Untrusted texts (the student's Markdown, exception messages, file names) as a Markdown cell may hold them: one
     HTML ``<pre>`` block with every text escaped, so no tag, link, style or Markdown in them is live wherever
     the notebook is rendered (formgrader, ``generate_feedback``'s page), and MathJax skips it."""
     return ("<pre style=\"white-space: pre-wrap\">" + "\n".join(html.escape(t, quote=True) for t in texts)
