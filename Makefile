@@ -19,7 +19,8 @@ DEB_STAMP   := $(VENV)/.system-packages
 NPM_STAMP   := node_modules/.installed
 MATHJAX     := _build/assets/mathjax/tex-chtml.js
 
-.PHONY: help setup book test test-lib test-gpu lab assignments grade bench experiments clean course student-env
+.PHONY: help setup book test test-lib test-gpu lab assignments grade bench experiments clean course student-env \
+        student-links
 
 help:
 	@echo "make book         set up, then build the book into _build/html"
@@ -28,7 +29,8 @@ help:
 	@echo "make assignments  regenerate exercises/ from solutions/ (nbgrader)"
 	@echo "make grade        grade the demo submissions in autograder/demo/ (sandboxed)"
 	@echo "make course       an nbgrader course folder for a term (COURSE=course EXCHANGE=... ROSTER=... DUE=...)"
-	@echo "make student-env  a Python environment students' accounts can use (STUDENT_VENV=/opt/llmarch-env)"
+	@echo "make student-env  a Python environment students' accounts can use (STUDENT_VENV=/opt/llmarch-env),"
+	@echo "                  its nbgrader and jupyter linked into STUDENT_BIN=/usr/local/bin"
 	@echo "make bench        run the benchmarks (each prints a ratio against a named peer)"
 	@echo "make test-gpu     CUDA tests + model and attention benchmarks (book/data); skips without CUDA, no setup"
 	@echo "make experiments  rerun the experiments whose results the book reads from book/data"
@@ -142,7 +144,25 @@ student-env:
 	  --prefix /usr/local
 	@cd / && runuser -u nobody -- $(STUDENT_VENV)/bin/python -c "import numpy, torch, matplotlib, nbgrader" \
 	  || { echo "$(STUDENT_VENV) cannot be used by other accounts: is $(STUDENT_PYTHON) (or a folder above it) readable by all?"; exit 1; }
-	@echo "$(STUDENT_VENV) works for every account (checked as nobody)"
+	@$(MAKE) --no-print-directory student-links
+	@cd / && runuser -u nobody -- env PATH=$(STUDENT_BIN):/usr/bin:/bin nbgrader --version >/dev/null \
+	  || { echo "nbgrader in $(STUDENT_BIN) does not run for other accounts"; exit 1; }
+	@echo "$(STUDENT_VENV) works for every account, and $(STUDENT_COMMANDS) are on their PATH in $(STUDENT_BIN) (checked as nobody)"
+
+# Students type `nbgrader fetch_assignment ...` and `jupyter lab`: links in STUDENT_BIN (on every account's PATH)
+# to the student environment's commands. A file there that is not a link into STUDENT_VENV is never replaced.
+STUDENT_BIN ?= /usr/local/bin
+STUDENT_COMMANDS := nbgrader jupyter
+student-links:
+	@for cmd in $(STUDENT_COMMANDS); do \
+	  target=$(abspath $(STUDENT_VENV))/bin/$$cmd; link=$(STUDENT_BIN)/$$cmd; \
+	  [ -x "$$target" ] || { echo "$$target is missing: run make student-env first"; exit 1; }; \
+	  if [ -e "$$link" ] || [ -L "$$link" ]; then \
+	    case "$$(readlink "$$link")" in $(abspath $(STUDENT_VENV))/bin/*) ;; \
+	      *) echo "$$link exists and is not a link into $(STUDENT_VENV): left as it is; remove it, or choose STUDENT_BIN=..."; exit 1;; esac; \
+	  fi; \
+	  mkdir -p $(STUDENT_BIN) && ln -sfn "$$target" "$$link" && echo "$$link -> $$target"; \
+	done
 
 grade: $(PY_STAMP) $(DEB_STAMP)
 	$(PY) -m autograder grade ps1-attention autograder/demo --out _build/grading/ps1-attention

@@ -139,7 +139,7 @@ def grade(args) -> int:
                                      _zero_items(template, "not submitted")) for s in term.absent]
     max_score = sum(i.points for i in template.items)
     timings = {r.student: timing(term.submitted_at.get(r.student), term.due, term.extensions.get(r.student),
-                                 policy, max_score, r.student in term.late_flag)
+                                 policy, max_score, r.student in term.late_flag, term.time_notes.get(r.student, ""))
                for r in results if r.student in submissions}
     from autograder.outputs import write_outputs
 

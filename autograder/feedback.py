@@ -37,7 +37,24 @@ pre { white-space: pre-wrap; background: #f6f6f6; padding: .6rem; }
 """
 
 
-def render(result, assignment: str, max_score: float) -> str:
+def _timing_text(timing) -> str:
+    """The submission's time, lateness, extension and penalty (a ``lateness.Timing``), as one escaped line."""
+    from autograder.lateness import format_hours, format_time
+
+    parts = []
+    if timing.submitted_at is not None:
+        parts.append(f"Submitted {format_time(timing.submitted_at)}")
+    if timing.extension:
+        parts.append(f"extension {format_hours(timing.extension)}")
+    if timing.late_seconds:
+        parts.append(f"{timing.late_seconds / 3600:.1f} hours late")
+    parts.append(f"late penalty: {timing.penalty:g} points, taken from your total (written answers included)")
+    return html.escape(", ".join(parts)) + (f"<br>{html.escape(timing.note)}" if timing.note else "")
+
+
+def render(result, assignment: str, max_score: float, timing=None) -> str:
+    """The page of ``result`` (a ``grade.SubmissionResult``); ``timing`` (a ``lateness.Timing``): its time and
+    late penalty, shown when given. Every text is escaped."""
     e = html.escape
     rows = []
     for item in result.items:
@@ -54,6 +71,7 @@ def render(result, assignment: str, max_score: float) -> str:
         f"<p class='status'><b>Status: {e(result.status)}</b>. {e(STATUS_TEXT[result.status])}"
         + (f"<br>{e(result.detail)}" if result.detail else "") + "</p>",
         f"<p>Automatically graded score: <b>{result.score:g} / {max_score:g}</b></p>",
+        f"<p class='timing'>{_timing_text(timing)}</p>" if timing is not None else "",
         "<table><tr><th>test</th><th>points</th><th>result</th></tr>" + "".join(rows) + "</table>",
     ]
     if result.tampering:
@@ -74,26 +92,27 @@ def render(result, assignment: str, max_score: float) -> str:
 
 def folder_name(student: str) -> str:
     """A file-system-safe, distinct and stable id for a student name (which comes from a file name a student
-    chose): only ``A-Z a-z 0-9 . _ -``, no leading dot, at most 91 characters. A name that is already safe
+    chose): only ``A-Z a-z 0-9 . _ -``, no leading dot or dash, at most 91 characters. A name that is already safe
     keeps itself, unless it ends like a hashed id (``-`` and 10 hex digits); every other name gets the safe
     part and ``-`` and the first 10 hex digits of the SHA-256 of the name. So no name can take another's id:
     ``folder_name("alice")`` -> ``"alice"``; ``folder_name("../x")`` -> ``"_.._x-…"``; and
     ``folder_name("_.._x-…")`` gets a hash of its own."""
     safe = re.sub(r"[^A-Za-z0-9._-]", "_", student)[:80]
-    if safe.startswith("."):
+    if safe[:1] in (".", "-"):  # no hidden folder, and nothing a spreadsheet reads as a formula (-A1)
         safe = "_" + safe[:79]
     if safe != student or not safe or HASHED.search(student):
         safe += "-" + hashlib.sha256(student.encode("utf-8", "surrogateescape")).hexdigest()[:10]
     return safe
 
 
-def write_feedback(result, assignment: str, notebook: str, max_score: float, out: Path) -> Path:
-    """Write ``out/feedback/<folder_name(student)>/<notebook>.html``; the path never leaves ``out/feedback``."""
+def write_feedback(result, assignment: str, notebook: str, max_score: float, out: Path, timing=None) -> Path:
+    """Write ``out/feedback/<folder_name(student)>/<notebook>.html`` (``render``); the path never leaves
+    ``out/feedback``."""
     root = (out / "feedback").resolve()
     folder = root / folder_name(result.student)
     if folder.parent != root:
         raise ValueError(f"feedback folder {folder} is not directly inside {root}")
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / (Path(notebook).stem + ".html")
-    path.write_text(render(result, assignment, max_score), encoding="utf-8")
+    path.write_text(render(result, assignment, max_score, timing), encoding="utf-8")
     return path

@@ -8,7 +8,8 @@ survives a regrade). Students of the roster who did not submit are added as stud
 as nbgrader itself keeps them. Beside the database, in the course folder's
 ``autograded/<student>/<assignment>/``, it writes the notebook that formgrader shows and that
 ``generate_feedback`` turns into the student's feedback (``autograder/nbfeedback.py``), with nbgrader's
-``timestamp.txt`` and ``submission_secret.txt``. Formgrader then lists graded work as graded, and
+``timestamp.txt`` and ``submission_secret.txt``, and removes the student's old ``feedback/<student>/<assignment>/``,
+so that ``generate_feedback`` makes the page of this grading. Formgrader then lists graded work as graded, and
 ``nbgrader export`` adds the manual points and subtracts the penalty.
 
 Example::
@@ -20,6 +21,7 @@ Example::
 from __future__ import annotations
 
 import os
+import shutil
 import sqlite3
 from contextlib import contextmanager
 from unittest import mock
@@ -163,7 +165,19 @@ def record(path: Path, assignment: str, notebook: str, template, results, releas
             folder.mkdir(parents=True, exist_ok=True)
             nbformat.write(autograded_notebooks[result.student], folder / notebook)
             if result.student in term.submitted_from:
-                carry_files(term.submitted_from[result.student], folder)
+                carry_files(term.submitted_from[result.student], folder,
+                            timing.submitted_at if timing and result.student in term.time_notes else None)
+            remove_stale_feedback(course / "feedback" / student / assignment)
+
+
+def remove_stale_feedback(folder: Path) -> None:
+    """Remove nbgrader's ``feedback/<student>/<assignment>/`` of a student just (re)graded: ``generate_feedback``
+    skips a student whose folder exists ("Skipping existing assignment") unless the submission's time is newer,
+    so after a regrade of the same submission the student would be handed the old page."""
+    if folder.is_symlink() or folder.is_file():
+        folder.unlink()
+    elif folder.is_dir():
+        shutil.rmtree(folder)
 
 
 def manual_state(path: Path, assignment: str) -> dict[str, tuple[float, float]]:

@@ -6,8 +6,9 @@ Layouts, as learning-management systems export them:
   sub-folder; files beside it come along);
 - one zip per student, ``alice.zip`` (the notebook anywhere inside);
 - Canvas's flat files, ``<name>_<userid>_<submissionid>_<file>.ipynb`` (``_late`` may follow the name), where a
-  resubmitted file may carry ``-1``, ``-2`` before ``.ipynb``: the newest one is graded, the others are listed
-  in a warning.
+  resubmitted file may carry ``-1``, ``-2`` before ``.ipynb``: the newest one of each user id is graded, the
+  others are listed in a warning. Files are grouped by the user id, not the name (which a student may set): two
+  user ids with one name are two students, ``<name> (Canvas user <id>)``, with a warning.
 
 A student's folder or zip that holds exactly one notebook under another name is graded, with a note; several
 candidates are reported. Every entry of the folder ends in exactly one submission (a row of grades.csv) or one
@@ -40,6 +41,7 @@ class Submission:
     path: Path
     kind: str  # "folder", "zip", "file" (Canvas) or "link"
     problem: str = ""
+    bookkeeping: tuple[str, ...] = ()  # files beside the notebook that are not the student's (nbgrader's own)
 
 
 @dataclass
@@ -111,13 +113,21 @@ def find_submissions(folder: Path, notebook: str, exclude: Path | None = None) -
                 found[stem] = Submission(path, "zip")
         elif entry.is_file(follow_symlinks=False) and (match := CANVAS_NAME.match(name)):
             order = (int(match["submission"]), int(match["copy"] or 0))
-            canvas.setdefault(match["name"], []).append((order, name, path))
+            canvas.setdefault((match["name"], match["user"]), []).append((order, name, path))
         elif entry.is_file(follow_symlinks=False) and _is_notebook_name(name):
             warnings.append(f"{name}: ignored, a notebook outside any student folder whose name is not "
                             "Canvas's <name>_<userid>_<submissionid>_<file>.ipynb")
         else:
             warnings.append(f"{name}: ignored, not a student folder, a .zip or a Canvas notebook")
-    for student, files in canvas.items():
+    users_of: dict[str, list[str]] = {}
+    for name, user in canvas:
+        users_of.setdefault(name, []).append(user)
+    for (name, user), files in canvas.items():
+        student = name
+        if len(users_of[name]) > 1:  # namesakes: one row per Canvas user id, never one student for both
+            student = _distinct(f"{name} (Canvas user {user})", f"{name}_{user}", found, warnings)
+            warnings.append(f"{name}: Canvas files of {len(users_of[name])} user ids share this name; user {user} "
+                            f"is graded as {student}")
         files.sort()
         *older, (_, newest, path) = files
         for _, old, _ in older:
@@ -256,6 +266,8 @@ def load(submission: Submission, notebook: str) -> Loaded:
         loaded = reader(submission.path, notebook)
     except InvalidNotebook as err:
         return Loaded(status="invalid-notebook", detail=str(err))
+    for name in submission.bookkeeping:
+        loaded.siblings.pop(name, None)
     if loaded.notebook is not None and len(loaded.notebook) > MAX_NOTEBOOK_BYTES:
         loaded.notebook, note = without_outputs(loaded.notebook)
         if note:

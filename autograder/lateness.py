@@ -24,6 +24,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 
 UNITS = {"h": 3600.0, "hour": 3600.0, "d": 86400.0, "day": 86400.0}
+TIME_NOTE = "submission time: "  # how every note on a submission's time begins (grades.csv's notes, the report)
 
 
 def parse_time(text: str, what: str) -> datetime:
@@ -111,16 +112,22 @@ class Timing:
 
 
 def timing(submitted_at: datetime | None, due: datetime | None, extension: timedelta | None, policy: Policy,
-           max_score: float, late_flag: bool = False) -> Timing:
+           max_score: float, late_flag: bool = False, note: str = "") -> Timing:
     """Lateness and penalty of one submission: late by ``submitted_at - (due + extension)`` where both are
-    known; only flagged late (no penalty, a note) where the LMS says late without a time."""
+    known; only flagged late (no penalty, a note) where the LMS says late without a time. ``note`` says how
+    ``submitted_at`` was found, where it is not the submission's own time."""
     if submitted_at is None or due is None:
         if late_flag:
-            return Timing(submitted_at, None, 0.0, extension, "the LMS marks this submission late, but gives no "
-                                                              "time: no penalty was applied")
-        return Timing(submitted_at, None if due is not None else 0.0, 0.0, extension)
+            return Timing(submitted_at, None, 0.0, extension, f"{TIME_NOTE}the LMS marks this submission late, but "
+                                                              "gives no time: no penalty was applied")
+        return Timing(submitted_at, None if due is not None else 0.0, 0.0, extension, note)
     late = max(0.0, (submitted_at - (due + (extension or timedelta()))).total_seconds())
-    return Timing(submitted_at, late, policy.penalty(late, max_score), extension)
+    return Timing(submitted_at, late, policy.penalty(late, max_score), extension, note)
+
+
+def format_hours(extension: timedelta | None) -> str:
+    """An extension as grades.csv and the report show it: ``48h``, ``1.5h``; blank for none."""
+    return "" if not extension else f"{extension.total_seconds() / 3600:g}h"
 
 
 def format_time(moment: datetime | None) -> str:

@@ -2,9 +2,12 @@
 ``generate_feedback`` turns into the student's feedback page.
 
 It is the student's own notebook as graded: the student's code and written answers in their cells (outputs
-dropped: they were never run by the grader), read-only cells restored from the release notebook (so no hidden
-test source, which the release does not hold), and under each test cell, as that cell's output, its points
-and the grader's message for its hidden cases. A first cell gives the status and what the grader noted. The
+dropped: they were never run by the grader; the student's Markdown shown as its source, escaped, since
+formgrader renders it in the instructor's Jupyter, where a live script could act as the instructor), read-only
+cells restored from the release notebook (so no hidden test source, which the release does not hold), and under
+each test cell, as that cell's output, its points
+and the grader's message for its hidden cases (a stream output, which every renderer escapes). A first cell
+gives the status and what the grader noted (exception messages and file names escaped, verbatim). The
 release's nbgrader metadata is kept on every graded and answer cell, so formgrader and ``generate_feedback``
 find the grades and comments in the gradebook.
 """
@@ -12,6 +15,7 @@ find the grades and comments in the gradebook.
 from __future__ import annotations
 
 import copy
+import html
 
 import nbformat
 from nbformat.v4 import new_markdown_cell, new_output
@@ -32,12 +36,22 @@ def _result_output(item) -> nbformat.NotebookNode:
     return new_output("stream", name="stdout", text=text)
 
 
+def _verbatim(texts: list[str]) -> str:
+    """Untrusted texts (the student's Markdown, exception messages, file names) as a Markdown cell may hold them: one
+    HTML ``<pre>`` block with every text escaped, so no tag, link, style or Markdown in them is live wherever
+    the notebook is rendered (formgrader, ``generate_feedback``'s page), and MathJax skips it."""
+    return ("<pre style=\"white-space: pre-wrap\">" + "\n".join(html.escape(t, quote=True) for t in texts)
+            + "</pre>")
+
+
 def _status_cell(result, assignment: str) -> nbformat.NotebookNode:
-    lines = [f"**{assignment}: graded by the course's autograder.** Status: `{result.status}`. "
+    """The first cell: the status (the grader's own words) and, verbatim, the detail and notes."""
+    lines = [f"**{html.escape(assignment)}: graded by the course's autograder.** Status: `{result.status}`. "
              f"{STATUS_TEXT[result.status]}"]
-    if result.detail:
-        lines.append(result.detail)
-    lines += [f"- {note}" for note in result.tampering + result.notes + result.cell_errors[:5]]
+    untrusted = [result.detail] if result.detail else []
+    untrusted += [f"- {note}" for note in result.tampering + result.notes + result.cell_errors[:5]]
+    if untrusted:
+        lines.append(_verbatim(untrusted))
     lines.append("Under each test cell: its points and what the hidden tests found.")
     return new_markdown_cell("\n\n".join(lines))
 
@@ -67,10 +81,11 @@ def autograded_notebook(release: nbformat.NotebookNode, submitted: bytes | None,
     def place(gid: str, student_source: str | None) -> None:
         cell = copy.deepcopy(release_cells[gid])
         meta = cell.metadata["nbgrader"]
-        if gid in result.answers:
-            cell.source = result.answers[gid]
-        elif meta.get("solution") and student_source is not None:
-            cell.source = student_source
+        students = gid in result.answers or (meta.get("solution") and student_source is not None)
+        if students:
+            cell.source = result.answers.get(gid, student_source)
+        if students and cell.cell_type == "markdown":
+            cell.source = _verbatim([cell.source])  # the student's Markdown: shown as its source, never live
         if cell.cell_type == "code":
             cell.outputs, cell.execution_count = [], None
             if gid in items:
@@ -82,9 +97,10 @@ def autograded_notebook(release: nbformat.NotebookNode, submitted: bytes | None,
         if gid in release_cells:
             if gid not in placed:  # a pasted copy of a cell is left out: the original counts
                 place(gid, cell.source)
-        elif cell.cell_type in ("code", "markdown"):
-            own = (nbformat.v4.new_code_cell if cell.cell_type == "code" else new_markdown_cell)(cell.source)
-            cells.append(own)
+        elif cell.cell_type == "code":
+            cells.append(nbformat.v4.new_code_cell(cell.source))
+        elif cell.cell_type == "markdown":
+            cells.append(new_markdown_cell(_verbatim([cell.source])))
     for gid in release_cells:
         if gid not in placed:  # deleted, or nothing readable was submitted: the release cell
             place(gid, None)

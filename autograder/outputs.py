@@ -47,7 +47,7 @@ def write_outputs(assignment: str, notebook: str, template, results, submissions
         mark_pending(out, [csv_safe(r.student) for r in results])
         for result in results:
             try:
-                write_feedback(result, assignment, notebook, auto_max, out)
+                write_feedback(result, assignment, notebook, auto_max, out, timings.get(result.student))
             except Exception as err:  # noqa: BLE001 - one page that cannot be written must not lose the others
                 print(f"warning: could not write the feedback of {result.student!r}: {err}", file=sys.stderr)
             write_record(out, folder_name(result.student), result)
@@ -58,7 +58,7 @@ def write_outputs(assignment: str, notebook: str, template, results, submissions
 
             record(gradebook, assignment, notebook, template, results, release_notebook(assignment), term,
                    timings, _autograded(assignment, notebook, results, submissions))
-            totals = manual_state(gradebook, assignment)
+            totals = {csv_safe(i): state for i, state in manual_state(gradebook, assignment).items()}  # as rows
         rows = [result_row(r, template, term.student_id(r.student), timings.get(r.student),
                            term.lms_ids.get(r.student, "")) for r in results]
         merged = merge(read_rows(out / "grades.csv"), rows)

@@ -4,8 +4,9 @@ One self-contained page (the histogram is inline SVG; no script, font or style i
 offline: counts per status over the whole roster (students who did not submit are ``missing``), the
 distribution of scores, every student's total (with the manual points from the gradebook where they were
 given, and the late penalty), each test cell's mean as a fraction of its points and full-marks rate, who
-failed each cell and its most common failure messages (numbers replaced by ``#``), the late submissions, the
-slowest submissions, and the submissions that hit a limit.
+failed each cell and its most common failure messages (numbers replaced by ``#``), the late submissions,
+extensions and submission times taken otherwise (no readable ``timestamp.txt``), the slowest submissions, and
+the submissions that hit a limit.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from collections import Counter
 from datetime import datetime, timezone
 from pathlib import Path
 
+from autograder.lateness import TIME_NOTE
 from autograder.results import atomic_write_text
 
 LIMIT_STATUSES = ("timeout", "memory-limit")
@@ -71,6 +73,11 @@ def _failures(item, rows_list, records: dict) -> tuple[str, str]:
     return ", ".join(html.escape(name) for name in failed) or "nobody", common
 
 
+def _time_notes(row: dict[str, str]) -> str:
+    """The notes of a row on its submission time (``lateness.TIME_NOTE``): a time taken otherwise, a late flag."""
+    return "; ".join(n for n in row.get("notes", "").lstrip("'").split("; ") if n.startswith(TIME_NOTE))
+
+
 def _student_rows(rows_list, totals: dict) -> str:
     """One line per student: automatic points, total (with manual points where given), penalty, final."""
     e = html.escape
@@ -118,10 +125,11 @@ def render(rows: dict[str, dict[str, str]], template, assignment: str, records: 
         failure_rows.append(f"<tr><td>{e(item.grade_id)}</td><td>{who}</td><td>{common}</td></tr>")
 
     late_rows = "".join(f"<tr><td>{e(r['student'])}</td><td>{e(r.get('submitted_at', ''))}</td>"
-                        f"<td class='num'>{(_number(r['late_seconds']) or 0) / 3600:.1f}</td>"
-                        f"<td class='num'>{e(r.get('penalty', ''))}</td></tr>"
-                        for r in rows_list if (_number(r.get("late_seconds", "")) or 0) > 0
-                        ) or "<tr><td colspan='4'>none</td></tr>"
+                        f"<td class='num'>{e(r.get('extension', ''))}</td>"
+                        f"<td class='num'>{(_number(r.get('late_seconds', '')) or 0) / 3600:.1f}</td>"
+                        f"<td class='num'>{e(r.get('penalty', ''))}</td><td>{e(_time_notes(r))}</td></tr>"
+                        for r in rows_list if (_number(r.get("late_seconds", "")) or 0) > 0 or r.get("extension")
+                        or _time_notes(r)) or "<tr><td colspan='6'>none</td></tr>"
     slowest = sorted(submitted, key=lambda r: _number(r.get("seconds", "")) or 0.0, reverse=True)[:10]
     slow_rows = "".join(f"<tr><td>{e(r['student'])}</td><td>{e(r['status'])}</td>"
                         f"<td class='num'>{e(r.get('seconds', ''))}</td><td class='num'>{e(r.get('cpu_seconds', ''))}</td></tr>"
@@ -149,8 +157,9 @@ Generated {generated} from grades.csv{" and the gradebook" if totals else ""}.</
 <table><tr><th>cell</th><th class='num'>points</th><th class='num'>mean (fraction)</th><th class='num'>full marks</th></tr>{''.join(cell_rows)}</table>
 <h2>Failures by cell</h2>
 <table><tr><th>cell</th><th>students who lost its points</th><th>most common messages</th></tr>{''.join(failure_rows)}</table>
-<h2>Late submissions</h2>
-<table><tr><th>student</th><th>submitted</th><th class='num'>hours late</th><th class='num'>penalty</th></tr>{late_rows}</table>
+<h2>Late submissions, extensions and times taken otherwise</h2>
+<table><tr><th>student</th><th>submitted</th><th class='num'>extension</th><th class='num'>hours late</th>
+<th class='num'>penalty</th><th>note</th></tr>{late_rows}</table>
 <h2>Slowest submissions</h2>
 <table><tr><th>student</th><th>status</th><th class='num'>seconds</th><th class='num'>CPU seconds</th></tr>{slow_rows}</table>
 <h2>Submissions that hit a limit</h2>

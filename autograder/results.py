@@ -19,7 +19,7 @@ from pathlib import Path
 
 MARKER = ".autograder.json"
 FIXED_COLUMNS = ("student", "id", "status", "tampered", "score", "max_score", "manual_pending", "submitted_at",
-                 "late_seconds", "penalty", "lms_id")
+                 "late_seconds", "penalty", "extension", "lms_id")
 TRAILING_COLUMNS = ("seconds", "cpu_seconds", "detail", "notes")
 LOCK = ".autograder.lock"
 PENDING = ".autograder-pending.json"
@@ -85,9 +85,9 @@ def result_row(result, template, student_id: str, timing=None, lms_id: str = "")
     """One submission's row. ``score`` counts the automatically graded points, ``max_score`` every point of the
     assignment (written answers too), ``manual_pending`` the points still to be graded by hand (none for a
     submission that is missing or not a readable notebook), ``submitted_at``/``late_seconds``/``penalty`` come
-    from ``timing`` (a ``lateness.Timing``; blank when unknown), ``id`` is the student's id in feedback/ and the
-    gradebook."""
-    from autograder.lateness import format_time
+    from ``timing`` (a ``lateness.Timing``; blank when unknown), and so does ``extension`` (``48h``), ``id`` is
+    the student's id in feedback/ and the gradebook. Every text a student could choose is ``csv_safe``."""
+    from autograder.lateness import format_hours, format_time
 
     by_id = {i.grade_id: i for i in result.items}
     unreadable = result.status in ("missing", "invalid-notebook")  # no written answer to grade by hand
@@ -95,7 +95,7 @@ def result_row(result, template, student_id: str, timing=None, lms_id: str = "")
     late = None if timing is None else timing.late_seconds
     row = {
         "student": csv_safe(result.student),
-        "id": student_id,
+        "id": csv_safe(student_id),
         "status": result.status,
         "tampered": "yes" if result.tampered else "no",
         "score": f"{result.score:g}",
@@ -104,6 +104,7 @@ def result_row(result, template, student_id: str, timing=None, lms_id: str = "")
         "submitted_at": format_time(timing.submitted_at) if timing else "",
         "late_seconds": "" if late is None else f"{late:.0f}",
         "penalty": f"{timing.penalty:g}" if timing else "0",
+        "extension": format_hours(timing.extension) if timing else "",
         "lms_id": csv_safe(lms_id),
         "seconds": f"{result.seconds:.1f}",
         "cpu_seconds": "" if result.cpu_seconds is None else f"{result.cpu_seconds:.1f}",

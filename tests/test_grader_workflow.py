@@ -221,8 +221,9 @@ def test_class_report_in_a_browser(tmp_path):
         page.on("request", lambda r: requests.append(r.url))
         page.goto((out / "report.html").as_uri())
         headings = page.locator("h2").all_inner_texts()
-        assert headings == ["Statuses", "Scores", "Students", "Test cells", "Failures by cell", "Late submissions",
-                            "Slowest submissions", "Submissions that hit a limit"]
+        assert headings == ["Statuses", "Scores", "Students", "Test cells", "Failures by cell",
+                            "Late submissions, extensions and times taken otherwise", "Slowest submissions",
+                            "Submissions that hit a limit"]
         svg = page.locator("figure svg")
         assert svg.count() == 1 and svg.bounding_box()["height"] > 100  # the histogram is drawn
         tables = page.locator("table").all_inner_texts()

@@ -1,8 +1,10 @@
 """A whole term with nbgrader's own commands and a real exchange folder: a course folder made by
-`python -m autograder course`, three students with separate HOMEs (--student), release -> fetch -> submit (one
-on time by an extension, one late, one never) -> collect -> the course's grader -> a manual grade through
-formgrader's HTTP API -> Autograde clicked in formgrader (refused, nothing changed) -> generate_feedback ->
-release_feedback -> fetch_feedback -> nbgrader export and `python -m autograder export --canvas`.
+`python -m autograder course` from Canvas's own export (with its test student), three students with separate
+HOMEs (--student), release -> fetch -> submit (one on time by an extension, one late, one never) -> collect ->
+the course's grader -> formgrader's assignment list and a manual grade through its HTTP API -> Autograde clicked
+in formgrader (refused, nothing changed) -> generate_feedback -> release_feedback -> fetch_feedback -> a regrade
+of one student's changed notebook, its feedback generated, released and fetched again -> nbgrader export and
+`python -m autograder export --canvas`.
 
 The references are nbgrader's own: its commands' results, its export, its formgrader API."""
 
@@ -11,6 +13,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import re
 import signal
 import socket
 import sqlite3
@@ -102,7 +105,8 @@ def test_a_term_through_nbgrader(tmp_path):
     canvas = tmp_path / "canvas-export.csv"
     canvas.write_text("Student,ID,SIS User ID,SIS Login ID,Section,ps1-attention (4242)\n"
                       "    Points Possible,,,,,17\n"
-                      "\"A, Alice\",101,s101,alice,S1,\n\"B, Bob\",102,s102,bob,S1,\n\"C, Carol\",103,s103,carol,S2,\n")
+                      "\"A, Alice\",101,s101,alice,S1,\n\"B, Bob\",102,s102,bob,S1,\n\"C, Carol\",103,s103,carol,S2,\n"
+                      "\"Student, Test\",999,,,S1,\n")  # Canvas's test student: no SIS Login ID
     due = datetime.now(timezone.utc) - timedelta(minutes=30)  # everyone is late, alice has an extension
     run(["-m", "autograder", "course", str(course), "--exchange", str(exchange), "--roster", str(canvas),
          "--due", f"{PS}={due:%Y-%m-%d %H:%M:%S} UTC", "--assignment", PS], tmp_path)
@@ -127,12 +131,18 @@ def test_a_term_through_nbgrader(tmp_path):
     nbgrader("collect", PS, cwd=course)
     assert sorted(p.name for p in (course / "submitted").iterdir()) == ["alice", "bob"]
 
-    run(["-m", "autograder", "grade", PS, "--course", str(course), "--workers", "2", "--timeout", "20",
-         "--extensions", str(tmp_path / "extensions.csv"), "--late-penalty", "10%/hour"], tmp_path)
+    grade = ["-m", "autograder", "grade", PS, "--course", str(course), "--workers", "2", "--timeout", "20",
+             "--extensions", str(tmp_path / "extensions.csv"), "--late-penalty", "10%/hour"]
+    run(grade, tmp_path)
     rows = export_rows(course / "grader" / PS / "grades.csv", "student")
     assert {s: r["status"] for s, r in rows.items()} == {"alice": "graded", "bob": "graded", "carol": "missing"}
     assert rows["alice"]["score"] == "15" and rows["alice"]["late_seconds"] == "0"
-    assert rows["alice"]["penalty"] == "0"
+    assert rows["alice"]["penalty"] == "0" and rows["alice"]["extension"] == "48h"
+    assert {s: r["lms_id"] for s, r in rows.items()} == {"alice": "101", "bob": "102", "carol": "103"}
+    assert not [r for r in rows.values() if "timestamp.txt" in r["notes"] or "submission_secret" in r["notes"]]
+    assert "48h" in (course / "grader" / PS / "report.html").read_text()
+    bob_page = (course / "grader" / PS / "feedback" / "bob" / "ps1-attention.html").read_text()
+    assert "late penalty: 1.7 points" in bob_page
     # bob's resubmission was graded: its causal mask passes, which his first, empty submission could not
     assert all(rows["bob"][cell] == "0" for cell in SOFTMAX_CELLS) and rows["bob"]["test_causal_mask"] == "1"
     assert 1800 <= int(rows["bob"]["late_seconds"]) < 3600 and rows["bob"]["penalty"] == "1.7"  # 10% of 17
@@ -143,6 +153,7 @@ def test_a_term_through_nbgrader(tmp_path):
                 (course / "submitted" / student / PS / name).read_text()
 
     with formgrader(course) as api:
+        assert PS in {a["name"] for a in api("GET", "/assignments")}  # Manage Assignments lists it
         listed = {s["student"]: s for s in api("GET", f"/submissions/{PS}")}
         assert listed["alice"]["autograded"] and listed["bob"]["autograded"]
         assert not any(s.get("submitted") and not s.get("autograded") for s in listed.values())
@@ -178,6 +189,21 @@ def test_a_term_through_nbgrader(tmp_path):
             assert "Hidden tests failed" in page and "zeros_like" in page
         else:
             assert "16.5" in page and "A-COMMENT-FOR-ALICE" in page  # with the manual grade and comment
+
+    # a regrade of the same submission (its time unchanged): the instructor replaces bob's notebook, regrades
+    # him alone, and generates and releases feedback as before; nbgrader alone would skip him
+    write(submission(PS, NB), course / "submitted" / "bob" / PS, NB)
+    run([*grade, "--only", "bob"], tmp_path)
+    regraded = export_rows(course / "grader" / PS / "grades.csv", "student")["bob"]
+    assert float(regraded["score"]) > float(rows["bob"]["score"])
+    nbgrader("generate_feedback", PS, cwd=course)
+    nbgrader("release_feedback", PS, cwd=course)
+    nbgrader("fetch_feedback", PS, "--student", "bob", cwd=homes / "bob", home=homes / "bob")
+    (page,) = list((homes / "bob" / PS / "feedback").glob(f"*/{PS}.html"))
+    shown = float(re.search(r"\(Score: ([\d.]+) / 17\.0\)", page.read_text())[1])
+    assert shown == round(float(regraded["score"]) - float(regraded["penalty"]), 2)
+    assert "zeros_like" not in page.read_text()
+    rows["bob"] = regraded
 
     nbgrader("export", "--to", str(tmp_path / "nbgrader.csv"), cwd=course)
     exported = {r["student_id"]: r for r in csv.DictReader(open(tmp_path / "nbgrader.csv"))}
