@@ -398,11 +398,15 @@ class BPETokenizer:
         return ids
 
     def _encode_ordinary(self, text: str) -> list[int]:
-        """Ids of text without special tokens (each distinct pre-token is merged once, then remembered)."""
+        """Ids of text without special tokens."""
+        return self._encode_pretokens(self._pretokenize(text))
+
+    def _encode_pretokens(self, pieces: list[str]) -> list[int]:
+        """Ids of pre-tokens already split (each distinct pre-token is merged once, then remembered)."""
         cache = self._cache
         if len(cache) > _CACHE_LIMIT:
             cache.clear()
-        return list(chain.from_iterable(map(cache.__getitem__, self._pretokenize(text))))
+        return list(chain.from_iterable(map(cache.__getitem__, pieces)))
 
     def encode(self, text: str, dropout: float = 0.0, seed=None, allowed_special=(),
                disallowed_special="all") -> list[int]:
@@ -443,10 +447,10 @@ class BPETokenizer:
         Book: Tokenizers, "Real vocabularies".
 
         The last pre-token of each chunk is held back and pre-tokenised again with the next chunk, so a word or
-        a run of blank lines cut by a chunk boundary is merged whole. The output equals
-        ``encode("".join(chunks))`` whenever the pre-tokens before that last one do not depend on the text
-        that follows (true when chunks end with a newline, as lines do; a chunk ending inside ``"we'l"`` +
-        ``"l"`` splits the contraction differently). A special token must lie inside one chunk; the
+        a run of blank lines cut by a chunk boundary is merged whole; the pre-tokens before it are encoded as
+        they were split, never joined and split again. The output equals ``encode("".join(chunks))`` whenever
+        those earlier pre-tokens do not depend on the text that follows the chunk (true when chunks end with a
+        newline, as lines do; a chunk ending inside ``"we'l"`` + ``"l"`` splits the contraction differently). A special token must lie inside one chunk; the
         disallowed check runs on each chunk with its held-back text.
         """
         if isinstance(chunks, str) or not isinstance(chunks, Iterable):
@@ -457,16 +461,16 @@ class BPETokenizer:
             text = held + chunk
             allowed = self._allowed_specials(allowed_special, disallowed_special, text)
             parts = self._split_special(_replace_lone_surrogates(text), allowed)
-            held = ""
-            if parts and not parts[-1][1]:
-                tail = self._pretokenize(parts.pop()[0])
+            held, tail = "", []
+            if parts and not parts[-1][1]:  # the pre-tokens of the last part, encoded as split here (joined and
+                tail = self._pretokenize(parts.pop()[0])  # split again, "\t\t}" would lose its context)
                 held = tail.pop()
-                parts.append(("".join(tail), False))
             for part, is_special in parts:
                 if is_special:
                     yield self.special_tokens[part]
                 else:
                     yield from self._encode_ordinary(part)
+            yield from self._encode_pretokens(tail)
         if held:
             yield from self._encode_ordinary(held)
 
