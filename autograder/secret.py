@@ -30,7 +30,7 @@ def load_or_create(path: Path) -> str:
     if not path.exists():
         path.parent.mkdir(parents=True, exist_ok=True)
         value = secrets.token_hex(SECRET_BYTES)
-        partial = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        partial = path.with_name(f".{path.name}.{secrets.token_hex(8)}.tmp")  # runs in threads share a pid
         fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(fd, "w") as f:
             f.write(value + "\n")
