@@ -121,18 +121,22 @@ variant("running maximum starts at 0", FWD, FORWARD,
 variant("padding masked after the exponential (the maximum counts the padding keys' score 0)", FWD, FORWARD,
         ('s = tl.where(keep, s, float("-inf"))', "pass"),
         (P_SHIFTED, "p = tl.where(keep, tl.exp(s - m_new[:, None]), 0.0)"))
-variant("log-sum-exp from a separate unshifted sum (log of the sum of exp(S))", FWD, {"test_forward_lse", "test_causal"},
+variant("log-sum-exp from a separate unshifted sum (log of the sum of exp(S))", FWD,
+        {"test_forward_lse", "test_causal"},
         ("l_i = tl.zeros([BLOCK_M], tl.float32)\n",
          "l_i = tl.zeros([BLOCK_M], tl.float32)\n    l_raw = tl.zeros([BLOCK_M], tl.float32)\n"),
         ("        m_i = m_new\n", "        m_i = m_new\n        l_raw += tl.sum(tl.exp(s), 1)\n"),
         ("m_i + tl.log(l_i)", "tl.log(l_raw)"))
 variant("head size hard-coded to 16 (forward)", FWD, FORWARD,
-        ("offs_d = tl.arange(0, D)", "offs_d = tl.arange(0, 16)"), ("acc = tl.zeros([BLOCK_M, D]", "acc = tl.zeros([BLOCK_M, 16]"))
+        ("offs_d = tl.arange(0, D)", "offs_d = tl.arange(0, 16)"),
+        ("acc = tl.zeros([BLOCK_M, D]", "acc = tl.zeros([BLOCK_M, 16]"))
 variant("head size hard-coded to 16 (dK, dV)", DKDV, {"test_dkdv"},
         ("offs_d = tl.arange(0, D)", "offs_d = tl.arange(0, 16)"),
-        ("dk = tl.zeros([BLOCK_N, D]", "dk = tl.zeros([BLOCK_N, 16]"), ("dv = tl.zeros([BLOCK_N, D]", "dv = tl.zeros([BLOCK_N, 16]"))
+        ("dk = tl.zeros([BLOCK_N, D]", "dk = tl.zeros([BLOCK_N, 16]"),
+        ("dv = tl.zeros([BLOCK_N, D]", "dv = tl.zeros([BLOCK_N, 16]"))
 variant("head size hard-coded to 16 (dQ)", DQ, {"test_dq"},
-        ("offs_d = tl.arange(0, D)", "offs_d = tl.arange(0, 16)"), ("dq = tl.zeros([BLOCK_M, D]", "dq = tl.zeros([BLOCK_M, 16]"))
+        ("offs_d = tl.arange(0, D)", "offs_d = tl.arange(0, 16)"),
+        ("dq = tl.zeros([BLOCK_M, D]", "dq = tl.zeros([BLOCK_M, 16]"))
 variant("P recomputed as exp(S) / exp(LSE) (dK, dV)", DKDV, {"test_dkdv"},
         (P_FROM_LSE, "tl.exp(s) / tl.exp(lse[:, None])"))
 variant("P recomputed as exp(S) / exp(LSE) (dQ)", DQ, {"test_dq"}, (P_FROM_LSE, "tl.exp(s) / tl.exp(lse[:, None])"))
@@ -218,7 +222,8 @@ LOG2E = "1.4426950408889634"
 # Correct kernels that depart from the text's formulas as FlashAttention's own Triton kernels do: q scaled by
 # scale * log2(e) once, exp2 instead of exp, a finite -1e30 for -inf; the backward's P as exp2 of S - LSE in base 2.
 HONEST = {
-    FWD: edited(FWD, ("mask=rows[:, None] < T, other=0.0)\n", f"mask=rows[:, None] < T, other=0.0) * (scale * {LOG2E})\n"),
+    FWD: edited(FWD, ("mask=rows[:, None] < T, other=0.0)\n",
+                      f"mask=rows[:, None] < T, other=0.0) * (scale * {LOG2E})\n"),
                 ('s = tl.dot(q, tl.trans(k), input_precision="ieee") * scale',
                  's = tl.dot(q, tl.trans(k), input_precision="ieee")'),
                 ('m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)', "m_i = tl.full([BLOCK_M], -1e30, tl.float32)"),
