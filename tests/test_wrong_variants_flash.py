@@ -4,8 +4,8 @@ hidden inputs; ps12-flash through the real command line (full marks, zero, ident
 The method of ``test_wrong_variants.py`` (its harness is reused): each variant is one wrong kernel cell, the rest
 of the notebook is the solution, and under each of the issue's ten seeds it loses exactly the listed cells. The
 kernels run in triton's interpreter, here as in the sandbox, which is slow, so a variant runs only the checks
-whose wrapper launches its kernel (``test_each_grader_call_launches_only_its_kernel`` shows that the other
-checks cannot see the variant's cell), and each check case by case, stopping at its first failing case: the
+whose wrapper launches its kernel (``test_each_grader_call_launches_one_kernel`` shows that the other checks
+cannot see the variant's cell), and each check case by case, stopping at its first failing case: the
 grader's ``judge`` passes a check (one without a ``verdict``) exactly when every case passes, so a lost cell
 needs only one case. Each check's deterministic edge cases come first and are what makes a variant fail every
 time; the random cases vary with the seed.
@@ -68,13 +68,18 @@ def _solution_cell(gid: str) -> str:
 VARIANTS: list[Variant] = []
 
 
-def variant(name: str, cell: str, loses: set[str], *edits: tuple[str, str]) -> None:
-    """The solution's kernel ``cell`` with each ``(old, new)`` replaced once (``old`` must occur)."""
+def edited(cell: str, *edits: tuple[str, str]) -> str:
+    """The solution's cell ``cell`` with each ``(old, new)`` replaced once (``old`` must occur exactly once)."""
     source = _solution_cell(cell)
     for old, new in edits:
-        assert source.count(old) == 1, (name, old)
+        assert source.count(old) == 1, (cell, old)
         source = source.replace(old, new)
-    VARIANTS.append(Variant(name, cell, frozenset(loses), source))
+    return source
+
+
+def variant(name: str, cell: str, loses: set[str], *edits: tuple[str, str]) -> None:
+    """The solution's kernel ``cell`` with each ``(old, new)`` replaced once."""
+    VARIANTS.append(Variant(name, cell, frozenset(loses), edited(cell, *edits)))
 
 
 FWD, DKDV, DQ = "flash_fwd_kernel", "flash_bwd_dkdv_kernel", "flash_bwd_dq_kernel"
@@ -106,6 +111,55 @@ variant("dS without delta (dQ)", DQ, {"test_dq"},
         ("p * (dp - delta[:, None])", "p * dp"))
 variant("causal dQ without the mask", DQ, {"test_dq"}, (CAUSAL_MASK, "pass"))
 
+# Scores far from 0, head sizes other than 16 (issue 33): each wrong only on the fixed cases of those classes.
+P_SHIFTED, P_FROM_LSE = "p = tl.exp(s - m_new[:, None])", "tl.exp(s - lse[:, None])"
+variant("no running maximum (P = exp(S))", FWD, FORWARD, (P_SHIFTED, "p = tl.exp(s)"),
+        ("alpha = tl.exp(m_i - m_new)", "alpha = tl.full([BLOCK_M], 1.0, tl.float32)"),
+        ("m_i + tl.log(l_i)", "tl.log(l_i)"))
+variant("running maximum starts at 0", FWD, FORWARD,
+        ('m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)', "m_i = tl.zeros([BLOCK_M], tl.float32)"))
+variant("padding masked after the exponential (the maximum counts the padding keys' score 0)", FWD, FORWARD,
+        ('s = tl.where(keep, s, float("-inf"))', "pass"),
+        (P_SHIFTED, "p = tl.where(keep, tl.exp(s - m_new[:, None]), 0.0)"))
+variant("log-sum-exp from a separate unshifted sum (log of the sum of exp(S))", FWD,
+        {"test_forward_lse", "test_causal"},
+        ("l_i = tl.zeros([BLOCK_M], tl.float32)\n",
+         "l_i = tl.zeros([BLOCK_M], tl.float32)\n    l_raw = tl.zeros([BLOCK_M], tl.float32)\n"),
+        ("        m_i = m_new\n", "        m_i = m_new\n        l_raw += tl.sum(tl.exp(s), 1)\n"),
+        ("m_i + tl.log(l_i)", "tl.log(l_raw)"))
+variant("head size hard-coded to 16 (forward)", FWD, FORWARD,
+        ("offs_d = tl.arange(0, D)", "offs_d = tl.arange(0, 16)"),
+        ("acc = tl.zeros([BLOCK_M, D]", "acc = tl.zeros([BLOCK_M, 16]"))
+variant("head size hard-coded to 16 (dK, dV)", DKDV, {"test_dkdv"},
+        ("offs_d = tl.arange(0, D)", "offs_d = tl.arange(0, 16)"),
+        ("dk = tl.zeros([BLOCK_N, D]", "dk = tl.zeros([BLOCK_N, 16]"),
+        ("dv = tl.zeros([BLOCK_N, D]", "dv = tl.zeros([BLOCK_N, 16]"))
+variant("head size hard-coded to 16 (dQ)", DQ, {"test_dq"},
+        ("offs_d = tl.arange(0, D)", "offs_d = tl.arange(0, 16)"),
+        ("dq = tl.zeros([BLOCK_M, D]", "dq = tl.zeros([BLOCK_M, 16]"))
+variant("P recomputed as exp(S) / exp(LSE) (dK, dV)", DKDV, {"test_dkdv"},
+        (P_FROM_LSE, "tl.exp(s) / tl.exp(lse[:, None])"))
+variant("P recomputed as exp(S) / exp(LSE) (dQ)", DQ, {"test_dq"}, (P_FROM_LSE, "tl.exp(s) / tl.exp(lse[:, None])"))
+variant("causal dK/dV mask off by one (a query does not see itself)", DKDV, {"test_dkdv"},
+        (CAUSAL_MASK, CAUSAL_MASK.replace("<=", "<")))
+
+# Not a Triton kernel: an object that kernel[grid](...) launches, computing the right answer with torch. The
+# launchers of the set-up cell refuse it (issue 33: such an object earned 7 points).
+VARIANTS.append(Variant("a torch object that launches like a kernel", FWD, frozenset(FORWARD), '''
+class TorchKernel:
+    def __getitem__(self, grid):
+        def launch(Q, K, V, O, LSE, scale, T, D, IS_CAUSAL, BLOCK_M, BLOCK_N):
+            s = Q @ K.transpose(1, 2) * scale
+            if IS_CAUSAL:
+                s = s.masked_fill(torch.ones(T, T, dtype=torch.bool).triu(1), float("-inf"))
+            O.copy_(torch.softmax(s, -1) @ V)
+            LSE.copy_(torch.logsumexp(s, -1))
+        return launch
+
+
+flash_fwd_kernel = TorchKernel()
+'''))
+
 
 def _namespace(v: Variant | None = None) -> dict:
     """ps12's namespace after every cell but the test cells (``test_wrong_variants._namespace``)."""
@@ -117,8 +171,17 @@ def harness(tmp_path_factory):
     return Harness(PS12, tmp_path_factory.mktemp(PS12))
 
 
+@functools.cache
+def _kernels_of_wrappers() -> dict[str, set[str]]:
+    """Each function of the read-only "grader-calls" cell -> the kernel cells whose names it uses."""
+    tree = ast.parse(_solution_cell("grader-calls"))
+    return {node.name: {n.id for n in ast.walk(node) if isinstance(n, ast.Name)} & {FWD, DKDV, DQ}
+            for node in tree.body if isinstance(node, ast.FunctionDef)}
+
+
 def _checks_of(kernel: str) -> set[str]:
-    return {gid for gid, check in MODULE.CHECKS.items() if kernel in check.depends_on}
+    """The checks whose wrapper launches ``kernel``."""
+    return {gid for gid, check in MODULE.CHECKS.items() if kernel in _kernels_of_wrappers()[check.function]}
 
 
 def test_every_kernel_has_wrong_variants():
@@ -128,19 +191,54 @@ def test_every_kernel_has_wrong_variants():
     assert len({v.name for v in VARIANTS}) == len(VARIANTS)
 
 
-def test_each_grader_call_launches_only_its_kernel():
-    """The wrapper a check calls names exactly the kernels of its ``depends_on`` and no other student cell, so a
-    wrong kernel cannot cost the checks of the other kernels."""
-    kernels = {v.cell for v in VARIANTS}
-    tree = ast.parse(_solution_cell("grader-calls"))
-    wrappers = {node.name: {n.id for n in ast.walk(node) if isinstance(n, ast.Name)} & kernels
-                for node in tree.body if isinstance(node, ast.FunctionDef)}
-    for check in MODULE.CHECKS.values():
-        assert wrappers[check.function] == set(check.depends_on), check.function
+def test_each_grader_call_launches_one_kernel():
+    """The wrapper a check calls names exactly one kernel and no other student cell, so a wrong kernel cannot cost
+    the checks of the other kernels; every kernel has its checks."""
+    wrappers = _kernels_of_wrappers()
+    assert {v.cell for v in VARIANTS} == {FWD, DKDV, DQ}
+    assert all(len(wrappers[check.function]) == 1 for check in MODULE.CHECKS.values())
+    assert {kernel: _checks_of(kernel) for kernel in (FWD, DKDV, DQ)} == {
+        FWD: FORWARD, DKDV: {"test_dkdv"}, DQ: {"test_dq"}}
+
+
+def test_depends_on_names_check_functions_of_the_same_kernel():
+    """``depends_on`` names functions of other checks (grade.py's "fix that first" compares it with the functions
+    whose checks failed; a kernel's name never matches), each launching the same kernel as the check."""
+    functions = {check.function for check in MODULE.CHECKS.values()}
+    wrappers = _kernels_of_wrappers()
+    for gid, check in MODULE.CHECKS.items():
+        assert set(check.depends_on) <= functions - {check.function}, gid
+        assert all(wrappers[f] == wrappers[check.function] for f in check.depends_on), gid
+    assert any(check.depends_on for check in MODULE.CHECKS.values())
 
 
 def test_the_solution_loses_nothing(harness, interpreter):
     ns = _namespace()
+    for seed in SEEDS:
+        assert harness.lost(ns, seed) == set(), f"--seed {seed}"
+
+
+LOG2E = "1.4426950408889634"
+# Correct kernels that depart from the text's formulas as FlashAttention's own Triton kernels do: q scaled by
+# scale * log2(e) once, exp2 instead of exp, a finite -1e30 for -inf; the backward's P as exp2 of S - LSE in base 2.
+HONEST = {
+    FWD: edited(FWD, ("mask=rows[:, None] < T, other=0.0)\n",
+                      f"mask=rows[:, None] < T, other=0.0) * (scale * {LOG2E})\n"),
+                ('s = tl.dot(q, tl.trans(k), input_precision="ieee") * scale',
+                 's = tl.dot(q, tl.trans(k), input_precision="ieee")'),
+                ('m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)', "m_i = tl.full([BLOCK_M], -1e30, tl.float32)"),
+                ('s = tl.where(keep, s, float("-inf"))', "s = tl.where(keep, s, -1e30)"),
+                (P_SHIFTED, "p = tl.exp2(s - m_new[:, None])"),
+                ("alpha = tl.exp(m_i - m_new)", "alpha = tl.exp2(m_i - m_new)"),
+                ("m_i + tl.log(l_i)", "(m_i + tl.log2(l_i)) * 0.6931471805599453")),
+    **{cell: edited(cell, (P_FROM_LSE, f"tl.exp2(s * {LOG2E} - lse[:, None] * {LOG2E})")) for cell in (DKDV, DQ)},
+}
+
+
+def test_honest_alternative_kernels_lose_nothing(harness, interpreter):
+    """The fixed cases of scores far from 0 leave room for float32 rounding that the text does not forbid."""
+    ns = _notebook_namespace(PS12, None, answers=HONEST)
+    assert _visible_failures(PS12, ns, set(MODULE.CHECKS)) == {}
     for seed in SEEDS:
         assert harness.lost(ns, seed) == set(), f"--seed {seed}"
 
