@@ -254,7 +254,7 @@ variant(PS11, "AdamW bias correction one step late", "AdamW", ADAMW,
         adamw_with(correct1="(1 - beta1**(t + 1))", correct2="(1 - beta2**(t + 1))"))
 variant(PS11, "AdamW treats a missing gradient as zero (decays, counts the step)", "AdamW", {"test_adamw"},
         adamw_with(grad="torch.zeros_like(p) if p.grad is None else p.grad").replace(
-            "if p.grad is None:\n                    continue\n", ""))
+            "                if p.grad is None:\n                    continue\n", ""))
 
 SCHEDULE_SOURCE = """
 def lr_schedule(step, max_lr, min_lr, warmup_steps, cosine_steps):

@@ -418,13 +418,19 @@ def _causality_problem(case: HeldOutCase, logits: np.ndarray) -> str | None:
     for i, p in enumerate(case.prefixes):
         same, changed = logits[2 * i, :p], logits[2 * i + 1, :p]
         if not np.allclose(same, changed, rtol=0.0, atol=scale):
-            return (f"two sequences that share their first {p} tokens gave different logits at positions below {p} "
-                    f"(only tokens from position {p} on differ): {SEES_THE_FUTURE}")
+            return (f"two sequences with the same tokens at positions 0..{p - 1} and other tokens from position {p} on "
+                    f"gave different logits at positions 0..{p - 1}: {SEES_THE_FUTURE}")
     return None
 
 
 def _verdict_heldout(cases, returned):
-    case, (weights, logits) = cases[0], returned[0]
+    """The first problem of the captured weights and logits, named by the case, or None."""
+    case = cases[0]
+    problem = _heldout_problem(case, *returned[0])
+    return None if problem is None else f"{case.label(0, 1, 'heldout_outputs')}: {problem}"
+
+
+def _heldout_problem(case: HeldOutCase, weights: np.ndarray, logits: np.ndarray) -> str | None:
     pairs = case.args[0]
     expected = (*pairs.shape, default_grammar().vocab_size)
     if logits.shape != expected:
