@@ -127,3 +127,28 @@ def test_every_lost_cell_but_the_root_says_what_to_fix_first(v):
     failing = {m.CHECKS[gid].function for gid in v.loses}
     unexplained = {m.CHECKS[gid].function for gid in v.loses if not set(m.CHECKS[gid].depends_on) & failing}
     assert len(unexplained) == 1, (sorted(v.loses), unexplained)
+
+
+@pytest.mark.parametrize("fast", [
+    "F.scaled_dot_product_attention(q, k, v, is_causal=True)",
+    "F.scaled_dot_product_attention(q, k, v, attn_mask=torch.ones(t, t, dtype=torch.bool).tril())"])
+def test_an_honest_float32_fast_path_keeps_the_held_out_points(fast, tmp_path, monkeypatch):
+    """A causal fast path in float32 (what the causality check runs) agrees with itself to far below the tolerance:
+    the held-out check passes it, through capture and judge, under three seeds."""
+    from autograder import capture
+    from autograder.checks import OUTPUTS, expected_results, judge, write_inputs
+    from test_wrong_variants import Variant
+    from test_wrong_variants_capstones import _namespace, attention_with_fast_path
+
+    monkeypatch.chdir(tmp_path)
+    ns = _namespace(PS11, Variant("a causal fast path", "Attention", frozenset(), attention_with_fast_path(fast)))
+    gid = "test_heldout_loss"
+    check = m.CHECKS[gid]
+    for seed in SEEDS:
+        cases = check.cases(np.random.default_rng(seed))
+        expected = expected_results(check, cases, {})
+        write_inputs(gid, check, cases, expected, tmp_path / f"in{seed}")
+        capture.capture(gid, namespace=ns, inputs=str(tmp_path / f"in{seed}"), outputs=str(tmp_path / f"out{seed}"))
+        files = {f"{OUTPUTS}/{gid}/{p.name}": p.read_bytes() for p in (tmp_path / f"out{seed}" / gid).iterdir()}
+        result = judge(check, gid, cases, expected, files)
+        assert result.passed, (seed, result.message)

@@ -337,8 +337,8 @@ def train_steps(model, optimizer, get_batch, start_step, end_step, hp):
 RIGHT_LOOP = {"schedule_step": "step", "zero": "optimizer.zero_grad()",
               "clip": 'clip_grad_norm(model.parameters(), hp["clip"])'}
 variant(PS11, "training loop returns smoothed losses", "train_steps", {"test_train_steps"},
-        LOOP_SOURCE.format(**RIGHT_LOOP).replace(
-            "losses.append(loss.item())", "losses.append(loss.item() if not losses else 0.9 * losses[-1] + 0.1 * loss.item())"))
+        LOOP_SOURCE.format(**RIGHT_LOOP).replace("losses.append(loss.item())",
+                                                 "losses.append(0.9 * (losses or [loss.item()])[-1] + 0.1 * loss.item())"))
 variant(PS11, "training loop never zeroes the gradients", "train_steps", TRAIN,
         LOOP_SOURCE.format(**{**RIGHT_LOOP, "zero": "pass"}))
 variant(PS11, "training loop reads the schedule one step ahead", "train_steps", TRAIN,
