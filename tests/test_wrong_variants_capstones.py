@@ -358,10 +358,10 @@ model = Llama(len(CORPUS["vocab"]), d_model=64, n_layers=2, n_heads=4, n_kv_head
 # ---------------------------------------------------------------------------------------------------------------
 
 
-# The training checks run a few optimizer steps per case, with the reference's and the student's code, and the
-# held-out check scores a model of 95,552 weights: under three seeds (their deterministic edge cases are what makes a
-# variant lose them), the other checks under ten.
-SEEDS_OF = {"test_train_steps": range(3), "test_checkpoint": range(3), "test_heldout_loss": range(3)}
+# The training checks run a few optimizer steps per case, with the reference's and the student's code: under three
+# seeds (their deterministic edge cases are what makes a variant lose them), the other checks under ten (the held-out
+# check costs about 0.1 s of CPU a seed).
+SEEDS_OF = {"test_train_steps": range(3), "test_checkpoint": range(3)}
 
 
 class FastHarness(Harness):
