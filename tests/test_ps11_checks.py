@@ -30,7 +30,8 @@ def grammar_logits(tokens: np.ndarray) -> np.ndarray:
     for b, row in enumerate(tokens):
         state = grammar.start
         for t, token in enumerate(row):
-            state = {word_id[w]: nxt for w, nxt, _ in grammar.rules[state]}.get(int(token)) if state else None
+            if state is not None:
+                state = {word_id[w]: nxt for w, nxt, _ in grammar.rules[state]}.get(int(token))
             if state is not None:
                 logits[b, t] = -np.inf
                 for w, _, p in grammar.rules[state]:
