@@ -153,3 +153,27 @@ def test_an_honest_float32_fast_path_keeps_the_held_out_points(fast, tmp_path, m
         files = {f"{OUTPUTS}/{gid}/{p.name}": p.read_bytes() for p in (tmp_path / f"out{seed}" / gid).iterdir()}
         result = judge(check, gid, cases, expected, files)
         assert result.passed, (seed, result.message)
+
+
+def test_a_rope_bug_says_to_fix_rope_first_through_grade_py(tmp_path, monkeypatch):
+    """grade.py's own ``_judge_all`` on a RoPE variant's captured outputs (seed 0): of the 12 points it loses, every
+    cell but test_rope names rope_forward and says to fix that first."""
+    from autograder import capture
+    from autograder.checks import OUTPUTS
+    from autograder.grade import _judge_all, release_template
+    from test_wrong_variants_capstones import FastHarness, _namespace
+
+    monkeypatch.chdir(tmp_path)
+    v = next(v for v in VARIANTS[PS11] if v.name == "RoPE rotates the other way")
+    harness, ns = FastHarness(PS11, tmp_path / "harness"), _namespace(PS11, v)
+    cases, expected, files = {}, {}, {}
+    for gid in m.CHECKS:
+        cases[gid], expected[gid] = harness.expected(0, gid)
+        capture.capture(gid, namespace=ns, inputs=str(tmp_path / "harness" / "inputs-0"), outputs=str(tmp_path / "out"))
+        files.update({f"{OUTPUTS}/{gid}/{p.name}": p.read_bytes() for p in (tmp_path / "out" / gid).iterdir()})
+    items, problem = _judge_all(release_template(PS11)[0], m.CHECKS, cases, expected, files)
+    lost = {item.grade_id: item for item in items if item.kind == "auto" and item.points == 0}
+    assert not problem and set(lost) == v.loses and sum(item.max_points for item in lost.values()) == 12
+    for gid, item in lost.items():
+        hinted = "rope_forward" in item.message and "fix that first" in item.message
+        assert hinted == (gid != "test_rope"), (gid, item.message[-300:])
