@@ -3,10 +3,11 @@ the real command line (full marks, zero, identical rows under 20 names).
 
 The same method as ``test_wrong_variants.py`` (its harness is reused): each variant is one wrong answer cell, the
 rest of the notebook is the solution, and under ten ``--seed`` values it loses exactly the listed cells. The
-in-process runs skip the notebook's training run (cell ``model`` of ps11-train, about 10 s of CPU) and its check
-``test_heldout_loss``: every other check builds its own model from the grader's weights. The training run is
-graded once, through the command line, with the solution (full marks); the 20 copies there are a submission that
-left its model untrained, which loses exactly the held-out loss.
+in-process runs replace the notebook's training run (cell ``model`` of ps11-train) by a model of the stated shape,
+built by the variant's own code and loaded with weights the reference trained once per session (the solution's
+recipe, about 9 s of CPU): the held-out check then scores those weights and the variant's own forward pass (is it
+causal?). The training run itself is graded once, through the command line, with the solution (full marks); the 20
+copies there are a submission that left its model untrained, which loses exactly the held-out loss.
 """
 
 from __future__ import annotations
@@ -30,6 +31,11 @@ from test_wrong_variants import _namespace as _notebook_namespace
 ROOT = Path(__file__).resolve().parents[1]
 PS11 = "ps11-train"
 TRAINING = {PS11: ("model", "test_heldout_loss")}  # the training cell and the check that needs it
+# What the in-process runs execute instead of the training cell: the variant's Llama with the reference's weights.
+TRAINED_MODEL = """
+model = Llama(len(CORPUS["vocab"]), d_model=64, n_layers=2, n_heads=4, n_kv_heads=2, d_ff=172)
+model.load_state_dict(TRAINED_STATE)
+"""
 
 VARIANTS: dict[str, list[Variant]] = {PS11: []}
 
@@ -138,6 +144,28 @@ variant(PS11, "GQA pairs query head h with key/value head h % n_kv_heads", "Atte
         attention_with(repeat="k.repeat(1, group, 1, 1), v.repeat(1, group, 1, 1)"))
 variant(PS11, "cached tokens rotated from position 0", "Attention", CACHE, attention_with(start="0"))
 variant(PS11, "cached queries masked from the top left", "Attention", CACHE, attention_with(diagonal="0"))
+variant(PS11, "causal mask off by one: each token also sees the next", "Attention",
+        ATTENTION | MODEL | TRAIN | {"test_heldout_loss"}, attention_with(diagonal="t_k - t + 1"))
+
+HELDOUT = {"test_heldout_loss"}
+
+
+def attention_with_fast_path(fast: str) -> str:
+    """The right attention in float64 (what the module checks run), and ``fast`` computing the heads' outputs
+    (B, H, T, d_head) from q, k, v in float32 (what training and the held-out check run)."""
+    return attention_with().replace("        scores = q @ k", f"""        if x.dtype == torch.float32:
+            out = {fast}
+            return self.o_proj(out.transpose(1, 2).reshape(b, t, self.n_heads * self.d_head))
+        scores = q @ k""")
+
+
+variant(PS11, "float32 fast path: scaled_dot_product_attention without is_causal", "Attention", HELDOUT,
+        attention_with_fast_path("F.scaled_dot_product_attention(q, k, v)"))
+variant(PS11, "float32 fast path: causal mask off by one", "Attention", HELDOUT, attention_with_fast_path(
+    "torch.softmax((q @ k.transpose(-1, -2) / math.sqrt(self.d_head)).masked_fill("
+    "~torch.ones(t, t, dtype=torch.bool).tril(diagonal=1), float('-inf')), dim=-1) @ v"))
+variant(PS11, "float32 fast path: a 0/1 float mask (added to the scores, not a boolean mask)", "Attention", HELDOUT,
+        attention_with_fast_path("F.scaled_dot_product_attention(q, k, v, attn_mask=torch.ones(t, t).tril())"))
 
 LLAMA_SOURCE = """
 class Block(nn.Module):
@@ -174,6 +202,9 @@ variant(PS11, "Llama block is post-norm", "Llama", MODEL | TRAIN, LLAMA_SOURCE.f
     block="h = self.norm1(x + self.attn(x, cache))\n        return self.norm2(h + self.ffn(h))", final="h"))
 variant(PS11, "Llama without the final norm", "Llama", MODEL | TRAIN,
         LLAMA_SOURCE.format(block=RIGHT_BLOCK, final="h"))
+variant(PS11, "Block builds its norms without eps (always 1e-5)", "Llama", MODEL | TRAIN,
+        LLAMA_SOURCE.format(block=RIGHT_BLOCK, final="self.norm_f(h)").replace("RMSNorm(d_model, eps)\n",
+                                                                               "RMSNorm(d_model)\n"))
 variant(PS11, "Llama block feeds the attention's output to both branches", "Llama", MODEL | TRAIN,
         LLAMA_SOURCE.format(block="h = self.attn(self.norm1(x), cache)\n        return x + h + self.ffn(self.norm2(h))",
                             final="self.norm_f(h)"))
@@ -219,6 +250,11 @@ variant(PS11, "AdamW with L2 regularisation instead of decoupled decay", "AdamW"
         adamw_with(grad="p.grad + decay * p", decay="1.0"))
 variant(PS11, "AdamW decay not scaled by the learning rate", "AdamW", ADAMW, adamw_with(decay="1 - decay"))
 variant(PS11, "AdamW with eps inside the square root", "AdamW", ADAMW, adamw_with(denominator="(v_hat + eps).sqrt()"))
+variant(PS11, "AdamW bias correction one step late", "AdamW", ADAMW,
+        adamw_with(correct1="(1 - beta1**(t + 1))", correct2="(1 - beta2**(t + 1))"))
+variant(PS11, "AdamW treats a missing gradient as zero (decays, counts the step)", "AdamW", {"test_adamw"},
+        adamw_with(grad="torch.zeros_like(p) if p.grad is None else p.grad").replace(
+            "                if p.grad is None:\n                    continue\n", ""))
 
 SCHEDULE_SOURCE = """
 def lr_schedule(step, max_lr, min_lr, warmup_steps, cosine_steps):
@@ -251,6 +287,11 @@ variant(PS11, "gradients clipped tensor by tensor", "clip_grad_norm", CLIP, CLIP
     return norm"""))
 variant(PS11, "clip_grad_norm computes the norm but never clips", "clip_grad_norm", CLIP,
         CLIP_SOURCE.format(body="return norm"))
+variant(PS11, "clip_grad_norm fails on a parameter without a gradient", "clip_grad_norm", {"test_clip"},
+        CLIP_SOURCE.format(body="""if norm > max_norm:
+        for g in grads:
+            g.mul_(max_norm / (norm + 1e-6))
+    return norm""").replace("for p in parameters if p.grad is not None]", "for p in parameters]"))
 variant(PS11, "clip_grad_norm returns the norm after clipping", "clip_grad_norm", {"test_clip"},
         CLIP_SOURCE.format(body="""if norm > max_norm:
         for g in grads:
@@ -295,6 +336,9 @@ def train_steps(model, optimizer, get_batch, start_step, end_step, hp):
 """
 RIGHT_LOOP = {"schedule_step": "step", "zero": "optimizer.zero_grad()",
               "clip": 'clip_grad_norm(model.parameters(), hp["clip"])'}
+variant(PS11, "training loop returns smoothed losses", "train_steps", {"test_train_steps"},
+        LOOP_SOURCE.format(**RIGHT_LOOP).replace("losses.append(loss.item())",
+                                                 "losses.append(0.9 * (losses or [loss.item()])[-1] + 0.1 * loss.item())"))
 variant(PS11, "training loop never zeroes the gradients", "train_steps", TRAIN,
         LOOP_SOURCE.format(**{**RIGHT_LOOP, "zero": "pass"}))
 variant(PS11, "training loop reads the schedule one step ahead", "train_steps", TRAIN,
@@ -315,22 +359,43 @@ model = Llama(len(CORPUS["vocab"]), d_model=64, n_layers=2, n_heads=4, n_kv_head
 
 
 # The training checks run a few optimizer steps per case, with the reference's and the student's code: under three
-# seeds (their deterministic edge cases are what makes a variant lose them), the other checks under ten.
+# seeds (their deterministic edge cases are what makes a variant lose them), the other checks under ten (the held-out
+# check costs about 0.1 s of CPU a seed).
 SEEDS_OF = {"test_train_steps": range(3), "test_checkpoint": range(3)}
 
 
 class FastHarness(Harness):
-    """``test_wrong_variants.Harness`` without the check that needs the training run."""
+    """``test_wrong_variants.Harness`` with ``SEEDS_OF`` above."""
 
     def graded(self, seed: int) -> list[str]:
-        return [gid for gid in self.module.CHECKS
-                if gid != TRAINING[self.assignment][1] and seed in SEEDS_OF.get(gid, SEEDS)]
+        return [gid for gid in self.module.CHECKS if seed in SEEDS_OF.get(gid, SEEDS)]
+
+
+@functools.cache
+def trained_state() -> dict:
+    """The state_dict of the reference trained by the solution's recipe (seed 0; float32, one thread as the notebook
+    trains), computed once per session."""
+    import torch
+
+    from autograder.assignments.ps11_loss_target import train_reference
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        model, _ = train_reference(0)
+    finally:
+        torch.set_num_threads(threads)
+    return {name: t.detach().clone() for name, t in model.state_dict().items()}
 
 
 def _namespace(assignment: str, v: Variant | None = None) -> dict:
-    """The notebook's namespace after every cell but the test cells and the training run, executed in the release
-    folder (where the notebook finds its data files)."""
-    return _notebook_namespace(assignment, v, skip={TRAINING[assignment][0]}, cwd=ROOT / "exercises" / assignment)
+    """The notebook's namespace after every cell but the test cells, executed in the release folder (where the
+    notebook finds its data files); instead of the training run, ``TRAINED_MODEL`` (or a variant of that cell)."""
+    ns = _notebook_namespace(assignment, v, skip={TRAINING[assignment][0]}, cwd=ROOT / "exercises" / assignment)
+    ns["TRAINED_STATE"] = trained_state()
+    exec(compile(v.source if v is not None and v.cell == TRAINING[assignment][0] else TRAINED_MODEL,  # noqa: S102
+                 f"<{assignment}: the trained model>", "exec"), ns)
+    return ns
 
 
 @pytest.fixture(scope="module")
@@ -371,9 +436,11 @@ def test_a_wrong_variant_loses_exactly_its_cells_under_every_seed(assignment, v,
 
 @pytest.mark.parametrize("assignment,v", ALL, ids=IDS)
 def test_a_wrong_variant_fails_visible_tests_only_where_it_loses_points(assignment, v, tmp_path, monkeypatch):
-    """Some visible test of the cells the variant loses fails, and none of the cells it keeps."""
+    """Some visible test of the cells the variant loses fails, and none of the cells it keeps. The visible held-out
+    test scores the variant's own forward pass and the hidden one the reference's with the same weights, so a wrong
+    Llama with well-trained weights fails only the visible one: it counts where the variant loses the hidden one."""
     monkeypatch.chdir(tmp_path)
-    graded = set(_test_cells(assignment)) - {TRAINING[assignment][1]}
+    graded = set(_test_cells(assignment)) - ({TRAINING[assignment][1]} - v.loses)
     failing = set(_visible_failures(assignment, _namespace(assignment, v), graded))
     assert failing and failing <= v.loses, (sorted(failing), sorted(v.loses))
 
@@ -445,41 +512,6 @@ def _release_items(assignment):
 
     return Template.from_release(nbformat.read(ROOT / "exercises" / assignment / _notebook_name(assignment),
                                                as_version=4)).auto_items
-
-
-def _grammar_logits(tokens: np.ndarray) -> np.ndarray:
-    """The best possible logits for sentences that start at the grammar's start state: log p(next word | state),
-    with the state tracked exactly (the grammar is unifilar), -inf for words the state cannot emit."""
-    from llmarch.data import default_grammar
-
-    grammar = default_grammar()
-    word_id = {w: i for i, w in enumerate(grammar.vocab)}
-    logits = np.full((*tokens.shape, grammar.vocab_size), -np.inf)
-    for b, row in enumerate(tokens):
-        state = grammar.start
-        for t, token in enumerate(row):
-            state = {word_id[w]: nxt for w, nxt, _ in grammar.rules[state]}[int(token)]
-            for w, _, p in grammar.rules[state]:
-                logits[b, t, word_id[w]] = np.log(p)
-    return logits
-
-
-def test_ps11_heldout_verdict_passes_the_best_model_and_fails_a_uniform_guess():
-    """The held-out cases as the grader draws them: the grammar's own conditional probabilities (the best any model
-    can do; their loss estimates the entropy rate) pass, uniform logits (ln 36 = 3.58 nats) fail, and so do logits
-    of the wrong shape."""
-    from autograder.assignments import ps11_train as m
-    from llmarch.data import default_grammar
-
-    losses = []
-    for seed in range(3):
-        cases = m._heldout(np.random.default_rng(seed))
-        best = _grammar_logits(cases[0].args[0])
-        assert m._verdict_heldout(cases, [(best,)]) is None
-        losses.append(m.heldout_loss(best, cases[0].targets))
-        assert "nats per token" in m._verdict_heldout(cases, [(np.zeros_like(best),)])
-        assert "shape" in m._verdict_heldout(cases, [(best[:, :-1],)])
-    assert abs(np.mean(losses) - default_grammar().entropy_rate()) < 0.05, losses
 
 
 def test_ps11_loss_target_is_the_notebooks_and_the_reference_meets_it_under_ten_seeds():
