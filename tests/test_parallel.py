@@ -419,3 +419,50 @@ def test_ring_bytes_sent():
 
     assert ring_bytes_sent(1000, 4, "all_reduce") == 1500 and ring_bytes_sent(1000, 4, "all_gather") == 750
     assert ring_bytes_sent(1000, 1, "reduce_scatter") == 0
+
+
+def test_every_collective_buffer_lives_on_the_models_device():
+    """The GPU code path proved on the CPU: the model on the meta device (shapes, no data), a fake process
+    group of 2 ranks, and the device of every tensor handed to a collective recorded, for DDP, ZeRO-1, FSDP
+    (forward, backward, synchronisation, clipping, gathering the full weights) and the loss scaler.
+    A buffer made on the CPU by default (``torch.zeros(())``, ``torch.empty(n)``) would show up as ``cpu``."""
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+
+    devices = []
+    originals = {name: getattr(dist, name) for name in _RING_OP}
+
+    def recorded(name):
+        def collective(*args, **kwargs):
+            devices.extend((name, t.device.type) for t in args[:2] if isinstance(t, torch.Tensor))
+            return originals[name](*args, **kwargs)
+        return collective
+
+    dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=2)
+    try:
+        for name in _RING_OP:
+            setattr(dist, name, recorded(name))
+        with torch.device("meta"):
+            models = [_model(0) for _ in range(3)]
+            x, y = torch.randint(0, 13, (2, 8)), torch.randint(0, 13, (2, 8))
+        loss = lambda m: F.cross_entropy(m(x).flatten(0, 1), y.flatten())  # noqa: E731
+        ddp = DDP(models[0])
+        loss(ddp).backward()
+        ddp.finish_gradient_synchronization()
+        zero1 = ShardedOptimizer(models[1].parameters(), AdamW, lr=1e-2)
+        loss(models[1]).backward()
+        zero1.finish_gradient_synchronization()
+        zero1.clip_grad_norm(1.0)
+        zero1.step()
+        fsdp = FSDP(models[2])  # no autocast on meta
+        loss(fsdp).backward()
+        fsdp.finish_gradient_synchronization()
+        fsdp.clip_grad_norm(1.0)
+        assert all(t.device.type == "meta" for t in fsdp.gather_full_params().values())
+        with pytest.raises(RuntimeError, match="meta"):  # the flag is reduced on the device; reading it ends meta
+            LossScaler().unscale_(zero1)
+    finally:
+        for name, original in originals.items():
+            setattr(dist, name, original)
+        dist.destroy_process_group()
+    assert {op for op, _ in devices} == set(_RING_OP)  # every kind of collective was seen
+    assert [d for d in devices if d[1] != "meta"] == []

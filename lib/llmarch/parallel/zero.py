@@ -147,13 +147,18 @@ class ShardedOptimizer(torch.optim.Optimizer):
         with ``rank`` and ``world_size``: save it in one file per rank."""
         return {"rank": self.rank, "world_size": self.world_size, "local": self.local_optimizer.state_dict()}
 
+    @torch.no_grad()
     def load_state_dict(self, state_dict: dict) -> None:
-        """Restore :meth:`state_dict` of the same rank of the same world size."""
+        """Restore :meth:`state_dict` of the same rank of the same world size, and copy the shards from the
+        model's parameters: load the model's state first (:func:`llmarch.train.load_checkpoint` does)."""
         if (state_dict.get("rank"), state_dict.get("world_size")) != (self.rank, self.world_size):
             raise ValueError(f"this is rank {self.rank} of {self.world_size}, the state is rank "
                              f"{state_dict.get('rank')} of {state_dict.get('world_size')}: ZeRO-1 resumes on "
                              "the same number of ranks")
         self.local_optimizer.load_state_dict(state_dict["local"])
+        for group in self.flat_groups:
+            flat = group.flatten([p.detach() for p in group.params])
+            group.shard.copy_(flat[self.rank * group.shard_size:(self.rank + 1) * group.shard_size])
         for group, local_group in zip(self.param_groups, self.local_optimizer.param_groups):
             group.update({k: v for k, v in local_group.items() if k != "params"})
 

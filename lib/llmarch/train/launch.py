@@ -49,7 +49,7 @@ from llmarch.train.stack import (
     write_token_file,
 )
 
-__all__ = ["parse_args", "train_gpt", "choose_backend", "main"]
+__all__ = ["parse_args", "train_gpt", "choose_backend", "threads_per_process", "main"]
 
 STRATEGIES = ("none", "ddp", "zero1", "fsdp")
 SHARDED = ("zero1", "fsdp")  # one checkpoint file per rank
@@ -107,6 +107,11 @@ def choose_backend(device: str, processes_per_node: int) -> str:
     if device == "cuda" and gpus < processes_per_node:
         raise SystemExit(f"--device cuda needs a GPU per process: {processes_per_node} processes, {gpus} GPU(s)")
     return "nccl" if device == "cuda" or (device == "auto" and gpus >= processes_per_node) else "gloo"
+
+
+def threads_per_process(nproc: int) -> int:
+    """CPU threads each of ``nproc`` local processes uses: the cores shared out, at least one."""
+    return max(1, (os.cpu_count() or 1) // nproc)
 
 
 def _rank_device(args: argparse.Namespace) -> torch.device:
@@ -256,5 +261,5 @@ def main(argv: list[str] | None = None) -> None:
         curve = train_gpt(0, 1, args)
     else:
         curve = run_distributed(train_gpt, args.nproc, args, backend=choose_backend(args.device, args.nproc),
-                                threads=max(1, (os.cpu_count() or 1) // args.nproc))[0]
+                                threads=threads_per_process(args.nproc))[0]
     _write_curve(curve, args.out)
