@@ -466,3 +466,13 @@ def test_every_collective_buffer_lives_on_the_models_device():
         dist.destroy_process_group()
     assert {op for op, _ in devices} == set(_RING_OP)  # every kind of collective was seen
     assert [d for d in devices if d[1] != "meta"] == []
+
+
+def test_ring_collectives_accept_lists_and_name_a_bad_shape():
+    from llmarch.parallel.ring import ring_all_reduce, ring_reduce_scatter
+
+    rows = [[1.0, 2.0, 3.0], [10.0, 20.0, 30.0]]
+    np.testing.assert_array_equal(ring_all_reduce(rows), [[11.0, 22.0, 33.0]] * 2)
+    np.testing.assert_array_equal(ring_reduce_scatter(rows), ring_reduce_scatter(np.array(rows)))
+    with pytest.raises(ValueError, match=r"shape \(N, n\)"):
+        ring_all_reduce([1.0, 2.0])
