@@ -7,6 +7,7 @@ that the tests below check. Tolerances: Adam divides by sqrt(v), so a gradient t
 float32 bits (the ranks sum in another order) moves a weight by up to ~1e-5 after a few steps of lr 1e-2.
 torch's oracles run with 2 processes only, to keep the file fast."""
 
+import copy
 import math
 from contextlib import contextmanager
 
@@ -265,6 +266,31 @@ def _fp16_overflow(rank, world):
     return {"fp16_steps": steps, "fp16_weights": {k: v.detach() for k, v in model.named_parameters()}}
 
 
+def _fsdp_reduce_dtype(rank, world):
+    """bf16 compute on Linear layers only (autocast casts their weights to bf16 as FSDP's gather does): the
+    weight gradients FSDP reduce-scatters, against every rank's own bf16-autocast gradient averaged in
+    float32; relative error with ``reduce_dtype`` float32 and with the default (bf16)."""
+    torch.manual_seed(3)
+    net = torch.nn.Sequential(torch.nn.Linear(16, 64), torch.nn.GELU(), torch.nn.Linear(64, 8))
+    x = torch.randn(world * 4, 16, generator=torch.Generator().manual_seed(4)).chunk(world)[rank]
+    single = copy.deepcopy(net)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        single(x).float().pow(2).mean().backward()
+    errors = []
+    for reduce_dtype in (torch.float32, None):
+        fsdp = FSDP(copy.deepcopy(net), compute_dtype=torch.bfloat16, reduce_dtype=reduce_dtype)
+        fsdp(x).float().pow(2).mean().backward()
+        worst = 0.0
+        for path, sharded in fsdp.sharded.items():
+            reference = single.get_submodule(path).weight.grad.clone()
+            dist.all_reduce(reference)
+            flat = F.pad(reference.flatten() / world, (0, sharded.full.numel() - sharded.numel))
+            mine = flat.chunk(world)[rank]
+            worst = max(worst, ((sharded.shard.grad - mine).abs().max() / mine.abs().max()).item())
+        errors.append(worst)
+    return {"fsdp_reduce_fp32_error": errors[0], "fsdp_reduce_bf16_error": errors[1]}
+
+
 def _scenarios(rank, world, with_torch_oracles):
     reference = _reference()
     ddp_weights, out = _ddp(rank, world, reference)
@@ -274,7 +300,7 @@ def _scenarios(rank, world, with_torch_oracles):
     if with_torch_oracles:
         out["ddp_vs_torch_ddp"] = _torch_ddp(rank, world, ddp_weights)
         out["fsdp_vs_torch_fully_shard"] = _torch_fully_shard(rank, world)
-        out.update(_fsdp_bf16(rank, world))
+        out.update(**_fsdp_bf16(rank, world), **_fsdp_reduce_dtype(rank, world))
     return out
 
 
@@ -331,6 +357,12 @@ def test_fsdp_with_bf16_compute_keeps_fp32_master_shards(results):
     for r in _torch_oracles(results):
         assert r["fsdp_bf16_master_dtypes"] == ["torch.float32"]
         assert r["fsdp_bf16_vs_single_bf16"] < 1e-2  # bf16 has 8 bits of mantissa; ranks sum in another order
+
+
+def test_fsdp_can_reduce_its_bf16_gradients_in_float32(results):
+    for r in _torch_oracles(results):
+        assert r["fsdp_reduce_fp32_error"] < 1e-6  # the float32 sum of the ranks' bf16 gradients
+        assert r["fsdp_reduce_bf16_error"] > 1e-4  # the default rounds the sum to bf16's 8 bits
 
 
 def test_zero1_moves_the_bytes_of_ddp(results):
