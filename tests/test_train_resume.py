@@ -8,6 +8,7 @@ import csv
 import os
 import subprocess
 import sys
+import time
 
 import pytest
 import torch
@@ -39,9 +40,10 @@ def _full_and_resumed(rank, world, root, strategies):
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     root = tmp_path_factory.mktemp("resume")
+    start = time.perf_counter()
     curves = run_distributed(_full_and_resumed, 2, root, STRATEGIES, threads=threads_per_process(2))
     curves[0].update(_full_and_resumed(0, 1, root, ["none"]))
-    return root, curves
+    return root, curves, time.perf_counter() - start  # the wall time of both, start-up included
 
 
 def _files(root, strategy):
@@ -68,7 +70,7 @@ def _assert_equal(a, b, where=""):
 
 @pytest.mark.parametrize("strategy", ["none", *STRATEGIES])
 def test_a_resumed_fp16_run_with_an_overflow_equals_the_uninterrupted_one(runs, strategy):
-    root, ranks = runs
+    root, ranks, _ = runs
     for curves in ranks if strategy != "none" else ranks[:1]:
         full, resumed = curves[strategy]
         assert [row["skipped"] != "" for row in full] == [False, True, False, False]  # survived the overflow
@@ -80,8 +82,18 @@ def test_a_resumed_fp16_run_with_an_overflow_equals_the_uninterrupted_one(runs, 
         assert full["optimizer"]  # the optimiser state is in the file (ZeRO-1's used to be empty)
 
 
+def test_step_times_leave_out_the_start_up(runs):
+    """Each row's ``seconds`` times its step only (throughput and MFU divide by their sum): positive, and
+    together less than the whole distributed run that also started processes and built models."""
+    _, ranks, wall = runs
+    for curves in ranks:
+        for full, resumed in curves.values():
+            assert all(row["seconds"] > 0 for row in full + resumed)
+    assert sum(row["seconds"] for pair in ranks[0].values() for curve in pair for row in curve) < wall
+
+
 def test_sharded_strategies_write_one_file_per_rank(runs):
-    root, _ = runs
+    root, _, _ = runs
     for strategy in ("zero1", "fsdp"):
         shards = [torch.load(root / strategy / "full" / "step-000002" / f"rank{r}.pt", weights_only=True)
                   for r in range(2)]
@@ -91,7 +103,7 @@ def test_sharded_strategies_write_one_file_per_rank(runs):
 
 
 def test_the_command_line_resumes_with_nproc_2(runs, tmp_path):
-    root, ranks = runs
+    root, ranks, _ = runs
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path), "OMP_NUM_THREADS": "1"}
     command = [sys.executable, "-m", "llmarch.train", "--nproc", "2", "--device", "cpu",
                *_argv("zero1", tmp_path, "--resume", str(root / "zero1" / "full" / "step-000002"))]
