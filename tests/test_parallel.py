@@ -388,6 +388,25 @@ def test_ddp_with_unused_parameters_equals_torch_ddp_and_raises_without_the_flag
         assert "a.weight" not in r["unused_strict_error"]
 
 
+def _unused_on_rank_1_only(rank, world, error_dir):
+    ddp = DDP(_Branches(), bucket_size_mb=1e-5)
+    F.mse_loss(ddp(torch.ones(2, 4), rank == 0), torch.zeros(2, 1)).backward()
+    try:
+        ddp.finish_gradient_synchronization()
+    except RuntimeError as e:
+        (error_dir / f"rank{rank}.txt").write_text(str(e))
+        raise
+
+
+def test_ddp_without_the_flag_raises_when_a_parameter_is_unused_on_one_rank_only(tmp_path):
+    """That rank raises, naming the parameter; the other waits in its all-reduce until the launcher stops it
+    (torch's DDP errors the same way), instead of all ranks going on with wrong gradients."""
+    with pytest.raises(Exception):  # rank 1's error, or rank 0's once rank 1 has left the group
+        run_distributed(_unused_on_rank_1_only, 2, tmp_path)
+    error = (tmp_path / "rank1.txt").read_text()
+    assert "b.weight" in error and "a.weight" not in error and "find_unused_parameters=True" in error
+
+
 def _grad_scaler_reference(steps=3, overflow_step=1):
     """One process, the whole batch, torch.amp.GradScaler; the logits infinite at ``overflow_step``."""
     model = _model(0)
