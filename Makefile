@@ -32,7 +32,7 @@ help:
 	@echo "make student-env  a Python environment students' accounts can use (STUDENT_VENV=/opt/llmarch-env),"
 	@echo "                  its nbgrader and jupyter linked into STUDENT_BIN=/usr/local/bin"
 	@echo "make bench        run the benchmarks (each prints a ratio against a named peer)"
-	@echo "make test-gpu     CUDA tests + model and attention benchmarks (book/data); skips without CUDA, no setup"
+	@echo "make test-gpu     CUDA tests (a torchrun NCCL run on 1 and 2 GPUs) + benchmarks (book/data); skips without CUDA"
 	@echo "make experiments  rerun the experiments whose results the book reads from book/data"
 	@echo "make clean        remove build outputs (keeps .venv and node_modules)"
 
@@ -108,7 +108,7 @@ test-lib: $(TEST_STAMP) $(NPM_STAMP)
 # benchmark (GPT-2 880M and Llama 1.1B shapes, bf16) and the attention kernels on the grid of the book's table.
 GPU_PY ?= $(shell [ -x $(PY) ] && echo $(PY) || echo python3)
 test-gpu:
-	PYTHONPATH=$(CURDIR)/lib$${PYTHONPATH:+:$$PYTHONPATH} $(GPU_PY) -m pytest -m cuda -ra tests/test_efficient_attention.py tests/test_models_cuda.py tests/test_train_precision.py tests/test_flash_benchmark.py
+	PYTHONPATH=$(CURDIR)/lib$${PYTHONPATH:+:$$PYTHONPATH} $(GPU_PY) -m pytest -m cuda -ra tests/test_efficient_attention.py tests/test_models_cuda.py tests/test_train_precision.py tests/test_train_launch.py tests/test_flash_benchmark.py
 	PYTHONPATH=$(CURDIR)/lib$${PYTHONPATH:+:$$PYTHONPATH} $(GPU_PY) benchmarks/bench_model.py --device cuda --csv book/data/model_benchmark_gpu.csv
 	PYTHONPATH=$(CURDIR)/lib$${PYTHONPATH:+:$$PYTHONPATH} $(GPU_PY) benchmarks/bench_attention_gpu.py --impls triton sdpa_flash --dtypes bf16 --d-heads 64 128 --lengths 1024 4096 16384 --warmup 3 --reps 10 --csv book/data/attention_gpu_benchmark.csv
 

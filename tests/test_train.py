@@ -35,6 +35,21 @@ def test_warmup_cosine_schedule_endpoints():
     assert warmup_cosine_lr(100, 1.0, 10, 100) == pytest.approx(0.1)
 
 
+def test_warmup_cosine_lr_is_cosine_schedule_read_one_step_ahead_in_the_warm_up():
+    """One schedule in the library: the loop's is optim.cosine_schedule (DESIGN.md's contract), its values
+    those of the formula it always had (GPT-1's: (s + 1) / w in the warm-up, cosine to 10% after)."""
+    for warmup, total in [(10, 100), (50, 1200), (0, 30), (5, 5)]:
+        for step in range(total + 3):
+            if step < warmup:
+                expected = 3e-3 * (step + 1) / warmup
+            else:
+                progress = min(1.0, (step - warmup) / max(1, total - warmup))
+                expected = 3e-3 * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * progress)))
+            assert warmup_cosine_lr(step, 3e-3, warmup, total) == pytest.approx(expected, rel=1e-12)
+    with pytest.raises(ValueError, match="step must be >= 0"):  # the contract's checks hold here too
+        warmup_cosine_lr(-1, 3e-3, 10, 100)
+
+
 def test_short_training_beats_the_unigram_baseline_and_is_reproducible():
     g = default_grammar()
     train_data, eval_data = synthetic_corpus(20_000, seed=1), synthetic_corpus(3_000, seed=2)

@@ -190,3 +190,81 @@ def test_loss_spike_guard_skips_non_finite_steps_and_logs_them(caplog):
     with torch.no_grad():
         model.tok_emb.weight[3] = 0.0
     assert train_step(model, opt, batch).skipped == "" and opt.state  # finite again: the step is taken
+
+
+class _Arbitrary:
+    """An object that only a full unpickler could rebuild."""
+
+
+@pytest.mark.parametrize("bad", [math.inf, math.nan])
+def test_clip_grad_norm_on_a_non_finite_norm_does_what_torch_does(bad):
+    """torch 2.13, error_if_nonfinite=False: an infinite norm scales by 0 (finite gradients become 0, the
+    infinite one NaN); a NaN norm makes every gradient NaN."""
+    ours = [torch.zeros(3, requires_grad=True), torch.zeros(2, requires_grad=True)]
+    theirs = [p.detach().clone().requires_grad_() for p in ours]
+    for params in (ours, theirs):
+        params[0].grad, params[1].grad = torch.tensor([1.0, bad, 2.0]), torch.tensor([3.0, 4.0])
+    norm = clip_grad_norm(ours, 1.0)
+    ref = torch.nn.utils.clip_grad_norm_(theirs, 1.0)
+    torch.testing.assert_close(norm, ref, equal_nan=True)
+    for a, b in zip(ours, theirs):
+        torch.testing.assert_close(a.grad, b.grad, equal_nan=True, rtol=0, atol=0)
+
+
+def test_checkpoints_load_with_weights_only_and_carry_the_cuda_rng_states(tmp_path, monkeypatch):
+    """No GPU here: CUDA's RNG calls are recorded. The file holds tensors and plain values only, so
+    torch.load(weights_only=True) reads it; an arbitrary object in it is refused."""
+    cuda_state = [torch.arange(8, dtype=torch.uint8)]
+    restored = []
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_rng_state_all", lambda: cuda_state)
+    monkeypatch.setattr(torch.cuda, "set_rng_state_all", restored.append)
+    model = _model()
+    opt = AdamW(model.parameters())
+    np.random.seed(3)
+    save_checkpoint(tmp_path / "c.pt", model, opt, 5)
+    expected = np.random.random()
+    assert torch.load(tmp_path / "c.pt", weights_only=True)["rng"]["cuda"][0].tolist() == list(range(8))
+    assert load_checkpoint(tmp_path / "c.pt", model, opt) == 5
+    assert restored and torch.equal(restored[0][0], cuda_state[0])
+    assert np.random.random() == expected  # numpy's state survives its trip through tensors
+
+    save_checkpoint(tmp_path / "bad.pt", model, opt, 5, payload=_Arbitrary())
+    with pytest.raises(Exception, match="weights_only"):
+        load_checkpoint(tmp_path / "bad.pt", model, opt)
+
+
+def test_fp16_step_after_a_forward_overflow_follows_torch_grad_scaler():
+    """Step 1's logits are infinite: the step is skipped, the scale backs off to 2^15, and the next steps run
+    (the scaler's cycle was completed), as with torch.amp.GradScaler on the same loop."""
+    from llmarch.train import LossScaler
+
+    x, y = torch.randint(0, 11, (4, 8), generator=torch.Generator().manual_seed(0)), torch.randint(0, 11, (4, 8))
+    runs = []
+    for ours in (True, False):
+        model = _model(0)
+        opt = torch.optim.SGD(model.parameters(), lr=0.5)  # linear in the gradients: fp16 noise stays small
+        scaler = LossScaler() if ours else torch.amp.GradScaler("cpu")
+        poisoned = [False]
+        model.register_forward_hook(lambda m, args, out: out * math.inf if poisoned[0] else None)
+        scales, skipped = [], []
+        for step in range(4):
+            poisoned[0] = step == 1
+            if ours:
+                skipped.append(bool(train_step(model, opt, [(x, y)], precision="fp16", scaler=scaler).skipped))
+            else:
+                with torch.autocast("cpu", dtype=torch.float16):
+                    logits = model(x)
+                scaler.scale(torch.nn.functional.cross_entropy(logits.float().flatten(0, 1), y.flatten())).backward()
+                scaler.unscale_(opt)
+                torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+                scaler.step(opt)
+                scaler.update()
+                opt.zero_grad(set_to_none=True)
+            scales.append(scaler.get_scale())
+        runs.append((scales, skipped, torch.cat([p.detach().flatten() for p in model.parameters()])))
+    (scales, skipped, weights), (ref_scales, _, ref_weights) = runs
+    assert skipped == [False, True, False, False]
+    assert scales == ref_scales == [2.0**16, 2.0**15, 2.0**15, 2.0**15]
+    torch.testing.assert_close(weights, ref_weights, rtol=0, atol=1e-5)

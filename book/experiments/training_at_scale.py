@@ -11,7 +11,8 @@ Writes, under ``book/data/``:
 - ``training_at_scale_collectives.csv``: op (all_reduce, reduce_scatter, all_gather), world_size, bytes
   (of the full tensor), seconds (the fastest of the repetitions: the machine is shared, and the fastest
   run is the one least disturbed);
-- ``training_at_scale.json``: the run's configuration, parameters, wall time and tokens per second of each
+- ``training_at_scale.json``: the run's configuration, parameters, time of the steps (rank 0's, without process
+  start-up) and tokens per second of each
   strategy, and the measured float32 matmul rate of one core.
 """
 
@@ -91,13 +92,12 @@ def write_runs() -> None:
     curves = []
     for strategy, nproc in [("none", 1), ("ddp", 2), ("fsdp", 2)]:
         args = parse_args([*RUN, "--strategy", strategy])
-        start = time.perf_counter()
         if strategy == "none":
             torch.set_num_threads(1)
             curve = train_gpt(0, 1, args)
         else:
             curve = run_distributed(train_gpt, nproc, args)[0]
-        seconds = time.perf_counter() - start
+        seconds = sum(row["seconds"] for row in curve)  # the steps only: no process start-up or set-up
         tokens = args.steps * args.global_batch * args.context
         summary["runs"][strategy] = {"processes": nproc, "seconds": seconds, "tokens_per_second": tokens / seconds}
         curves += [{"strategy": strategy, "processes": nproc, **row} for row in curve]

@@ -20,17 +20,19 @@ __all__ = ["FSDP"]
 
 
 class _ShardedWeight:
-    """One sharded matrix: the fp32 master shard (a Parameter of ``numel / N`` elements, zero padded), and
-    the flat buffer into which the full weight is all-gathered in the compute dtype."""
+    """One sharded matrix: the fp32 master shard (a Parameter of ``numel / N`` elements, zero padded), the
+    flat buffer into which the full weight is all-gathered in the compute dtype, and the dtype in which its
+    gradient is reduce-scattered."""
 
-    def __init__(self, weight: nn.Parameter, rank: int, world_size: int, compute_dtype: torch.dtype):
+    def __init__(self, weight: nn.Parameter, rank: int, world_size: int, compute_dtype: torch.dtype,
+                 reduce_dtype: torch.dtype):
         self.shape = weight.shape
         self.numel = weight.numel()
         per_rank = math.ceil(self.numel / world_size)
         flat = F.pad(weight.detach().reshape(-1), (0, per_rank * world_size - self.numel))
         self.shard = nn.Parameter(flat[rank * per_rank:(rank + 1) * per_rank].clone(),
                                   requires_grad=weight.requires_grad)
-        self.world_size, self.compute_dtype = world_size, compute_dtype
+        self.world_size, self.compute_dtype, self.reduce_dtype = world_size, compute_dtype, reduce_dtype
         self.full = torch.empty(per_rank * world_size, dtype=compute_dtype, device=weight.device)
         self.free()
 
@@ -54,8 +56,8 @@ class _ShardedWeight:
 
 class _GatheredWeight(torch.autograd.Function):
     """Forward: the full weight ``(out, in)`` as a view of the gathered buffer. Backward: the gradient is
-    reduce-scattered (summed over ranks, each keeping its shard), divided by the world size, returned to
-    the fp32 shard, and the gathered buffer is freed."""
+    reduce-scattered in the reduce dtype (summed over ranks, each keeping its shard), divided by the world
+    size, returned to the fp32 shard, and the gathered buffer is freed."""
 
     @staticmethod
     def forward(ctx, shard: torch.Tensor, sharded: _ShardedWeight) -> torch.Tensor:
@@ -65,8 +67,8 @@ class _GatheredWeight(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad: torch.Tensor):
         sharded = ctx.sharded
-        flat = F.pad(grad.reshape(-1).to(sharded.compute_dtype), (0, sharded.full.numel() - sharded.numel))
-        shard_grad = torch.empty_like(sharded.shard, dtype=sharded.compute_dtype)
+        flat = F.pad(grad.reshape(-1).to(sharded.reduce_dtype), (0, sharded.full.numel() - sharded.numel))
+        shard_grad = torch.empty_like(sharded.shard, dtype=sharded.reduce_dtype)
         dist.reduce_scatter_single(shard_grad, flat)
         sharded.free()
         return shard_grad.to(sharded.shard.dtype).div_(sharded.world_size), None
@@ -85,14 +87,20 @@ class FSDP(nn.Module):
     shards and the matrix freed again. A weight shared by two submodules (tied embeddings) is sharded once.
     Other parameters (biases, norms) are replicated and their gradients all-reduced in
     :meth:`finish_gradient_synchronization`. With ``compute_dtype`` the forward runs under autocast.
-    ``.module`` is the wrapped model; :meth:`gather_full_params` returns its full fp32 state.
+    ``reduce_dtype`` is the dtype of the weight gradients' reduce-scatter: by default the compute dtype
+    (half the bytes in bf16/fp16), ``torch.float32`` to sum them without 16-bit rounding (torch's
+    ``MixedPrecisionPolicy(reduce_dtype=...)``). ``.module`` is the wrapped model;
+    :meth:`gather_full_params` returns its full fp32 state. A checkpoint of an FSDP run is one file per
+    rank: ``.module.state_dict()`` holds this rank's ``weight_shard`` entries, the optimiser its state.
     """
 
-    def __init__(self, module: nn.Module, compute_dtype: torch.dtype | None = None):
+    def __init__(self, module: nn.Module, compute_dtype: torch.dtype | None = None,
+                 reduce_dtype: torch.dtype | None = None):
         super().__init__()
         self.rank, self.world_size = require_process_group()
-        if compute_dtype not in (None, torch.float32, torch.bfloat16, torch.float16):
-            raise ValueError(f"compute_dtype must be None, float32, bfloat16 or float16, got {compute_dtype}")
+        for name, dtype in (("compute_dtype", compute_dtype), ("reduce_dtype", reduce_dtype)):
+            if dtype not in (None, torch.float32, torch.bfloat16, torch.float16):
+                raise ValueError(f"{name} must be None, float32, bfloat16 or float16, got {dtype}")
         broadcast_module(module)
         self.module, self.compute_dtype = module, compute_dtype
         self.state_names = list(module.state_dict())  # tied weights under each name, persistent buffers
@@ -104,7 +112,8 @@ class FSDP(nn.Module):
                 continue
             if id(weight) not in by_param:
                 by_param[id(weight)] = _ShardedWeight(weight, self.rank, self.world_size,
-                                                      compute_dtype or weight.dtype)
+                                                      compute_dtype or weight.dtype,
+                                                      reduce_dtype or compute_dtype or weight.dtype)
             sharded = self.sharded[path] = by_param[id(weight)]
             del sub._parameters["weight"]
             sub.register_parameter("weight_shard", sharded.shard)
@@ -147,18 +156,18 @@ class FSDP(nn.Module):
     @torch.no_grad()
     def clip_grad_norm(self, max_norm: float) -> torch.Tensor:
         """Global-norm clipping over sharded and replicated gradients: the shards' squared norms are summed
-        over ranks (padding holds zeros), the replicated ones counted once. Returns the norm before clipping."""
+        over ranks (padding holds zeros), the replicated ones counted once. Returns the norm before clipping;
+        a norm that is not finite is applied as :func:`llmarch.train.clip_grad_norm` (torch's rule) does."""
         shards = {id(s.shard): s.shard for s in self.sharded.values()}.values()
-        sharded_sq = sum((s.grad.float().pow(2).sum() for s in shards if s.grad is not None), torch.zeros(()))
+        zero = torch.zeros((), device=next(self.module.parameters()).device)
+        sharded_sq = sum((s.grad.float().pow(2).sum() for s in shards if s.grad is not None), zero)
         dist.all_reduce(sharded_sq)
-        replicated_sq = sum((p.grad.float().pow(2).sum() for p in self.replicated if p.grad is not None),
-                            torch.zeros(()))
+        replicated_sq = sum((p.grad.float().pow(2).sum() for p in self.replicated if p.grad is not None), zero)
         total = (sharded_sq + replicated_sq).sqrt()
-        if torch.isfinite(total):
-            coefficient = torch.clamp(max_norm / (total + 1e-6), max=1.0)
-            for p in [*shards, *self.replicated]:
-                if p.grad is not None:
-                    p.grad.mul_(coefficient)
+        coefficient = torch.clamp(max_norm / (total + 1e-6), max=1.0)
+        for p in [*shards, *self.replicated]:
+            if p.grad is not None:
+                p.grad.mul_(coefficient.to(p.grad.dtype))
         return total
 
     @torch.no_grad()
@@ -169,7 +178,7 @@ class FSDP(nn.Module):
         gathered: dict[int, torch.Tensor] = {}
         for sharded in self.sharded.values():
             if id(sharded) not in gathered:
-                full = torch.empty(sharded.shard.numel() * self.world_size, dtype=sharded.shard.dtype)
+                full = sharded.shard.new_empty(sharded.shard.numel() * self.world_size)  # on the shard's device
                 dist.all_gather_single(full, sharded.shard.detach())
                 gathered[id(sharded)] = full[:sharded.numel].view(sharded.shape).clone()
         result = {}

@@ -12,8 +12,9 @@ __all__ = ["PipelineSchedule", "pipeline_schedule", "bubble_fraction"]
 
 
 def bubble_fraction(p: int, m: int) -> float:
-    """``(p - 1) / (m + p - 1)``: the idle fraction of a pipeline of ``p`` stages running ``m``
-    micro-batches (GPipe and 1F1B alike; Huang et al., 2019; Narayanan et al., 2021, §2.2)."""
+    """``(p - 1) / (m + p - 1)``: the idle fraction of the makespan of a pipeline of ``p`` stages running ``m``
+    micro-batches (GPipe and 1F1B alike; Huang et al., 2019). Narayanan et al. (2021, §2.2) state the same
+    bubble relative to the ideal time instead, ``(p - 1) / m``."""
     if p < 1 or m < 1:
         raise ValueError(f"need p >= 1 stages and m >= 1 micro-batches, got p={p}, m={m}")
     return (p - 1) / (m + p - 1)

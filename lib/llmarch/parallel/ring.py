@@ -2,9 +2,9 @@
 
 Book: Training at scale, "Collectives" (and problem set ps10-parallel).
 
-Row ``r`` of a ``(N, n)`` array is rank ``r``'s buffer; chunk ``c`` is ``np.array_split``'s ``c``-th piece of
-``range(n)`` (:func:`chunk_slices`). In every step each rank sends one chunk to its right neighbour
-``(r + 1) % N``, all ranks at once.
+Row ``r`` of a ``(N, n)`` array (or of ``N`` equal-length lists) is rank ``r``'s buffer; chunk ``c`` is
+``np.array_split``'s ``c``-th piece of ``range(n)`` (:func:`chunk_slices`). In every step each rank sends one
+chunk to its right neighbour ``(r + 1) % N``, all ranks at once.
 """
 
 from __future__ import annotations
@@ -21,10 +21,10 @@ def chunk_slices(n: int, world_size: int) -> list[slice]:
 
 
 def _ring_steps(buffers: np.ndarray, chunk_of, combine) -> np.ndarray:
-    world_size = buffers.shape[0]
-    out = np.array(buffers, dtype=float)
+    out = np.array(buffers, dtype=float)  # an array or nested lists; a copy either way
     if out.ndim != 2:
-        raise ValueError(f"buffers must have shape (N, n), got {out.shape}")
+        raise ValueError(f"buffers must have shape (N, n) (one row per rank), got {out.shape}")
+    world_size = out.shape[0]
     slices = chunk_slices(out.shape[1], world_size)
     for step in range(world_size - 1):
         sent = [(r, chunk_of(r, step) % world_size) for r in range(world_size)]

@@ -1,6 +1,6 @@
 """Run a function on ``N`` local processes joined in a ``torch.distributed`` process group (gloo on
-loopback), and collect what each returns: how the tests and the book's experiments use several CPU
-processes without ``torchrun``.
+loopback, or NCCL with a GPU per process), and collect what each returns: how the tests and the book's
+experiments use several processes without ``torchrun``.
 
 Book: Training at scale, "Collectives".
 """
@@ -30,6 +30,8 @@ def free_port() -> int:
 def _entry(rank, fn, world_size, port, backend, threads, out_dir, args):
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     torch.set_num_threads(threads)
+    if backend == "nccl":  # local rank r on GPU r
+        torch.cuda.set_device(rank)
     dist.init_process_group(backend, rank=rank, world_size=world_size)
     try:
         result = fn(rank, world_size, *args)
@@ -43,7 +45,8 @@ def run_distributed(fn, world_size: int, *args, backend: str = "gloo", threads: 
     """Start ``world_size`` processes (``torch.multiprocessing.spawn``), each calling
     ``fn(rank, world_size, *args)`` inside an initialised process group, and return their results in rank
     order. ``fn`` must be importable (a module-level function) and its result picklable. An exception in
-    any rank is raised here with that rank's traceback."""
+    any rank is raised here with that rank's traceback (the other ranks are stopped). ``backend="nccl"``
+    puts rank ``r`` on GPU ``r`` (``torch.cuda.set_device``) before the group is made."""
     if world_size < 1:
         raise ValueError(f"world_size must be >= 1, got {world_size}")
     with tempfile.TemporaryDirectory() as out_dir:

@@ -20,6 +20,7 @@ from llmarch._checks import check_tensor, shape_str
 from llmarch.attention import attention_backend
 from llmarch.data import get_batch, sequential_batches, synthetic_corpus
 from llmarch.model import GPT, TINY_GPT_CHECKPOINT, tiny_gpt_config
+from llmarch.optim import cosine_schedule
 
 __all__ = ["lm_loss", "evaluate", "warmup_cosine_lr", "TrainResult", "train", "train_tiny_gpt", "write_tiny_gpt_checkpoint"]
 
@@ -51,12 +52,13 @@ def evaluate(model: nn.Module, data: torch.Tensor, context_length: int, batch_si
 
 
 def warmup_cosine_lr(step: int, max_lr: float, warmup: int, total: int, min_lr_ratio: float = 0.1) -> float:
-    """Linear warm-up to ``max_lr`` over ``warmup`` steps, then cosine decay to ``min_lr_ratio * max_lr``
-    at ``total`` steps (the schedule of GPT-1 and most later models)."""
-    if step < warmup:
-        return max_lr * (step + 1) / warmup
-    progress = min(1.0, (step - warmup) / max(1, total - warmup))
-    return max_lr * (min_lr_ratio + (1 - min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * progress)))
+    """The schedule of :func:`train` (the tiny GPT's): :func:`llmarch.optim.cosine_schedule` with
+    ``min_lr = min_lr_ratio * max_lr``, ``warmup_steps = warmup`` and ``cosine_steps = total``, read one step
+    ahead during the warm-up, so that step 0 already trains (``max_lr / warmup``) and the peak comes at step
+    ``warmup - 1``: linear warm-up, then cosine decay to ``min_lr_ratio * max_lr`` at ``total`` steps (the
+    schedule of GPT-1 and most later models)."""
+    return cosine_schedule(step + 1 if 0 <= step < warmup else step, max_lr, min_lr_ratio * max_lr, warmup,
+                           max(total, warmup))
 
 
 @dataclass

@@ -27,8 +27,10 @@ class LossScaler:
     The state machine (the same as ``torch.amp.GradScaler``): a step whose gradients hold ``inf`` or ``nan``
     is skipped and ``scale <- scale * backoff_factor``; after ``growth_interval`` finite steps in a row,
     ``scale <- scale * growth_factor``. Use: ``scaler.scale(loss).backward(); scaler.unscale_(opt)``
-    (optional, before clipping); ``scaler.step(opt); scaler.update()``. Under ``torch.distributed`` the
-    overflow flag is all-reduced, so every rank skips the same steps (FSDP's shards overflow separately).
+    (optional, before clipping); ``scaler.step(opt); scaler.update()``: every step completes this cycle,
+    the skipped ones too (``unscale_`` twice without ``update`` raises, as torch's does). Under
+    ``torch.distributed`` the overflow flag is all-reduced, so every rank skips the same steps (FSDP's and
+    ZeRO-1's shards overflow separately; a loss that is not finite on one rank counts on all).
     """
 
     def __init__(self, init_scale: float = 2.0**16, growth_factor: float = 2.0, backoff_factor: float = 0.5,
@@ -49,17 +51,18 @@ class LossScaler:
         """``loss * scale`` (in float32, whatever the loss dtype)."""
         return loss.float() * self.scale_value
 
-    def unscale_(self, optimizer: torch.optim.Optimizer) -> None:
-        """Divide every gradient by ``scale`` in place and record whether any is not finite."""
+    def unscale_(self, optimizer: torch.optim.Optimizer, found_inf: bool = False) -> None:
+        """Divide every gradient by ``scale`` in place and record whether any is not finite. ``found_inf``
+        adds the caller's own overflow (e.g. a loss that is not finite): under ``torch.distributed`` the flag
+        is all-reduced (max) with the gradients', so an overflow on one rank is one on every rank."""
         if self._found_inf is not None:
             raise RuntimeError("unscale_() was already called since the last update()")
         inverse = 1.0 / self.scale_value
-        found = torch.zeros(())
-        for group in optimizer.param_groups:
-            for p in group["params"]:
-                if p.grad is not None:
-                    found = torch.maximum(found, (~torch.isfinite(p.grad)).any().float())
-                    p.grad.mul_(inverse)
+        params = [p for group in optimizer.param_groups for p in group["params"]]
+        found = torch.tensor(float(found_inf), device=params[0].device if params else None)  # the grads' device
+        for grad in [p.grad for p in params if p.grad is not None]:
+            found = torch.maximum(found, (~torch.isfinite(grad)).any().float())
+            grad.mul_(inverse)
         if dist.is_available() and dist.is_initialized():
             dist.all_reduce(found, op=dist.ReduceOp.MAX)
         self._found_inf = bool(found.item())

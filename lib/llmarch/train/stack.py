@@ -17,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 
@@ -42,8 +43,10 @@ def clip_grad_norm(parameters: Iterable[torch.Tensor], max_norm: float) -> torch
 
     Book: Training at scale, "A training stack from scratch".
 
-    Same rule and return value as ``torch.nn.utils.clip_grad_norm_`` (the 1e-6 guards a zero norm). A
-    non-finite norm is returned as is and the gradients are left alone, so the caller can skip the step.
+    Same rule and return value as ``torch.nn.utils.clip_grad_norm_`` (the 1e-6 guards a zero norm), also
+    when the norm is not finite (``error_if_nonfinite=False``): an infinite norm gives the coefficient 0
+    (finite gradients become 0, infinite ones NaN), a NaN norm makes every gradient NaN. The caller skips
+    such a step on the returned norm.
     """
     if isinstance(parameters, torch.Tensor):
         parameters = [parameters]
@@ -51,8 +54,6 @@ def clip_grad_norm(parameters: Iterable[torch.Tensor], max_norm: float) -> torch
     if not grads:
         return torch.tensor(0.0)
     total = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g.detach(), 2.0) for g in grads]), 2.0)
-    if not torch.isfinite(total):
-        return total
     coefficient = torch.clamp(max_norm / (total + 1e-6), max=1.0)
     for g in grads:
         g.detach().mul_(coefficient.to(g.dtype))
@@ -161,18 +162,29 @@ class MemmapBatches:
 
 
 def _rng_states() -> dict:
-    return {"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate()}
+    """Every generator a step may draw from, as tensors and plain Python values (``weights_only`` loads them)."""
+    kind, keys, position, has_gauss, gauss = np.random.get_state()
+    states = {"torch": torch.get_rng_state(), "numpy": [kind, torch.from_numpy(keys.astype(np.int64)), position,
+                                                        has_gauss, gauss], "python": random.getstate()}
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        states["cuda"] = torch.cuda.get_rng_state_all()
+    return states
 
 
 def _set_rng_states(states: dict) -> None:
     torch.set_rng_state(states["torch"])
-    np.random.set_state(states["numpy"])
+    kind, keys, position, has_gauss, gauss = states["numpy"]
+    np.random.set_state((kind, keys.numpy().astype(np.uint32), position, has_gauss, gauss))
     random.setstate(states["python"])
+    if "cuda" in states:
+        if not torch.cuda.is_available():
+            raise RuntimeError("the checkpoint holds CUDA RNG states but CUDA is not available here")
+        torch.cuda.set_rng_state_all(states["cuda"])
 
 
 def save_checkpoint(path_or_file, model: nn.Module, optimizer: torch.optim.Optimizer, step: int, **extra) -> None:
     """Save what a run needs to continue bit for bit: the model's and optimiser's state dicts, ``step``, the
-    torch, numpy and Python RNG states, and ``extra`` (e.g. ``batches=batches.state_dict()``,
+    torch, numpy and Python RNG states (and every CUDA device's, once CUDA is in use), and ``extra`` (e.g. ``batches=batches.state_dict()``,
     ``scaler=scaler.state_dict()``). ``path_or_file``: a path or a binary file object.
 
     Book: Training at scale, "A training stack from scratch".
@@ -188,10 +200,14 @@ def load_checkpoint(path_or_file, model: nn.Module, optimizer: torch.optim.Optim
     return the step. When ``extra`` is a dict it receives the saved extras (e.g. the data position).
 
     Book: Training at scale, "A training stack from scratch".
+
+    The file is read with ``weights_only=True`` (no arbitrary objects are unpickled): the RNG states are
+    stored as tensors and plain values, so nothing needs allow-listing. Tensors are read onto the CPU;
+    ``load_state_dict`` copies them to the model's and optimiser's devices.
     """
     if isinstance(path_or_file, (str, Path)) and not Path(path_or_file).exists():
         raise FileNotFoundError(f"checkpoint {path_or_file} does not exist")
-    state = torch.load(path_or_file, map_location="cpu", weights_only=False)
+    state = torch.load(path_or_file, map_location="cpu", weights_only=True)
     missing = {"model", "optimizer", "step", "rng"} - set(state)
     if missing:
         raise ValueError(f"{path_or_file} is not a checkpoint of save_checkpoint: it lacks {sorted(missing)}")
@@ -201,6 +217,13 @@ def load_checkpoint(path_or_file, model: nn.Module, optimizer: torch.optim.Optim
     if extra is not None:
         extra.update(state["extra"])
     return int(state["step"])
+
+
+def _any_rank(flag: bool, device: torch.device) -> bool:
+    """``flag`` or-ed over the ranks of the default process group."""
+    value = torch.tensor(float(flag), device=device)
+    dist.all_reduce(value, op=dist.ReduceOp.MAX)
+    return bool(value.item())
 
 
 @dataclass
@@ -232,10 +255,14 @@ def train_step(model: nn.Module, optimizer: torch.optim.Optimizer,
 
     Book: Training at scale, "A training stack from scratch" and "Mixed precision".
 
-    A wrapper with ``finish_gradient_synchronization`` (``llmarch.parallel``) is synchronised before the
-    step, and one with ``clip_grad_norm`` (FSDP: sharded gradients) clips itself. The loss-spike guard:
-    a step whose loss or gradient norm is not finite is skipped, its gradients dropped, and a warning is
-    logged on the ``llmarch.train`` logger; the returned :class:`StepResult` says why.
+    A model or optimiser with ``finish_gradient_synchronization`` (``llmarch.parallel``: DDP, FSDP,
+    ZeRO-1) is synchronised before the step, and one with ``clip_grad_norm`` (sharded gradients) clips
+    itself. The loss-spike guard: a step whose loss or gradient norm is not finite is skipped, its gradients
+    dropped, and a warning is logged on the ``llmarch.train`` logger; the returned :class:`StepResult` says
+    why. With a ``scaler`` the step always completes the scaler's cycle (``unscale_``, ``step``, ``update``):
+    an overflow, in the gradients or a loss that is not finite, backs the scale off. Under a distributed
+    wrapper every rank takes the same decision: the overflow flag and a loss that is not finite on one rank
+    are all-reduced, so no rank steps (or waits in the optimiser's collectives) alone.
     """
     if not micro_batches:
         raise ValueError("micro_batches is empty: give at least one (x, y) pair")
@@ -255,23 +282,27 @@ def train_step(model: nn.Module, optimizer: torch.optim.Optimizer,
             loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1)) / len(micro_batches)
             (scaler.scale(loss) if scaler is not None else loss).backward()
         total += loss.item()
-    if hasattr(model, "finish_gradient_synchronization"):
-        model.finish_gradient_synchronization()
+    distributed = [w for w in (model, optimizer) if hasattr(w, "finish_gradient_synchronization")]
+    for wrapper in distributed:  # DDP and FSDP average in the model, ZeRO-1 reduce-scatters in the optimiser
+        wrapper.finish_gradient_synchronization()
+    bad_loss = not math.isfinite(total)
     if scaler is not None:
-        scaler.unscale_(optimizer)
+        scaler.unscale_(optimizer, found_inf=bad_loss)  # agreed by every rank
+    elif distributed:
+        bad_loss = _any_rank(bad_loss, next(model.parameters()).device)
     params = [p for group in optimizer.param_groups for p in group["params"]]
-    clip = getattr(model, "clip_grad_norm", None) or (lambda max_norm: clip_grad_norm(params, max_norm))
+    clip = (getattr(model, "clip_grad_norm", None) or getattr(optimizer, "clip_grad_norm", None)
+            or (lambda max_norm: clip_grad_norm(params, max_norm)))
     grad_norm = float(clip(grad_clip if grad_clip else math.inf))
     skipped = ""
-    if not math.isfinite(total):
-        skipped = "non-finite loss"
-    elif not math.isfinite(grad_norm):
-        skipped = "fp16 overflow" if scaler is not None else "non-finite grad norm"
-    if scaler is not None and skipped != "non-finite loss":
-        scaler.step(optimizer)
+    if scaler is not None:  # the scaler's cycle is completed on every step, a skipped one too
+        if not scaler.step(optimizer):
+            skipped = "non-finite loss" if bad_loss else "fp16 overflow"
         scaler.update()
-    elif not skipped:
-        optimizer.step()
+    else:
+        skipped = "non-finite loss" if bad_loss else "" if math.isfinite(grad_norm) else "non-finite grad norm"
+        if not skipped:
+            optimizer.step()
     optimizer.zero_grad(set_to_none=True)
     if skipped:
         log.warning("step skipped (%s): loss %s, grad norm %s", skipped, total, grad_norm)
