@@ -6,9 +6,10 @@ Each module of ``tests/independent_solutions/`` (named as the set's module in ``
 (written answers left as released), run in-process and judged by the grader's own capture and judge
 (``test_wrong_variants.Harness``).
 
-The capstones use their own harnesses: ps11-train in-process without its training run (cell ``model``) and the
-check that needs it (``test_wrong_variants_capstones.FastHarness``), plus one run of the whole notebook, training
-included, through the real command line; ps12-flash in triton's interpreter (``test_wrong_variants_flash``)."""
+The capstones use their own harnesses: ps11-train in-process with the reference's trained weights loaded into the
+independent Llama in place of its training run (cell ``model``; ``test_wrong_variants_capstones``), plus one run of
+the whole notebook, training included, through the real command line; ps12-flash in triton's interpreter
+(``test_wrong_variants_flash``)."""
 
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ from autograder.sandbox import bubblewrap_available
 from submissions import submission, write
 from test_wrong_variants import SEEDS, _namespace, _test_cells, _visible_failures, read_grades
 from test_wrong_variants import harnesses  # noqa: F401 - a fixture
-from test_wrong_variants_capstones import PS11, ROOT, TRAINING, FastHarness, _release_items
+from test_wrong_variants_capstones import PS11, ROOT, TRAINED_MODEL, TRAINING, FastHarness, _release_items, trained_state
 from test_wrong_variants_flash import PS12, interpreter  # noqa: F401 - a fixture
 
 HERE = Path(__file__).resolve().parent / "independent_solutions"
@@ -52,12 +53,14 @@ def test_an_independent_correct_notebook_keeps_full_marks_under_every_seed(assig
 
 
 def test_ps11_independent_notebook_keeps_full_marks_under_every_seed(tmp_path, monkeypatch):
-    """Every check but the held-out loss, under the capstone suite's seeds; the training run is graded below."""
-    training_cell, training_check = TRAINING[PS11]
-    ns = _namespace(PS11, answers=independent_answers(PS11), skip=frozenset({training_cell}),
+    """Every check under the capstone suite's seeds, the held-out one with the independent Llama loaded with the
+    reference's trained weights (as the capstone suite does); the notebook's own training run is graded below."""
+    ns = _namespace(PS11, answers=independent_answers(PS11), skip=frozenset({TRAINING[PS11][0]}),
                     cwd=ROOT / "exercises" / PS11)
+    ns["TRAINED_STATE"] = trained_state()
+    exec(compile(TRAINED_MODEL, "<ps11: the trained model>", "exec"), ns)  # noqa: S102 - our code
     monkeypatch.chdir(tmp_path)  # the checkpoint test and wrapper write their files in the working directory
-    assert _visible_failures(PS11, ns, set(_test_cells(PS11)) - {training_check}) == {}
+    assert _visible_failures(PS11, ns, set(_test_cells(PS11))) == {}
     harness = FastHarness(PS11, tmp_path / "harness")
     for seed in SEEDS:
         assert harness.lost(ns, seed) == set(), f"--seed {seed}"

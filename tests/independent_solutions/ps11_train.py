@@ -215,7 +215,7 @@ def get_batch(step):
     return window[:, :-1], window[:, 1:]
 
 
-model = Llama(len(CORPUS["vocab"]), d_model=48, n_layers=2, n_heads=4, n_kv_heads=2, d_ff=128)
+model = Llama(len(CORPUS["vocab"]), d_model=64, n_layers=2, n_heads=4, n_kv_heads=2, d_ff=172)  # the stated shape
 optimizer = AdamW(model.parameters(), weight_decay=0.01)
 hp = dict(max_lr=1e-2, min_lr=1e-3, warmup_steps=30, cosine_steps=STEPS, clip=1.0)
 losses = train_steps(model, optimizer, get_batch, 0, STEPS, hp)
