@@ -1051,6 +1051,41 @@ def mlm_mask(ids, mask_id, vocab_size, special_mask, mask_prob=0.15, rng=None):
     inputs = np.where(selected & (action >= 0.8) & (action < 0.9), rng.integers(0, vocab_size, size=ids.shape), inputs)
     return inputs, np.where(selected, ids, -100)
 """)
+variant(PS8, "MLM selects exactly round(mask_prob * n) tokens (right rates, no spread)", "mlm_mask", {MLM_STATS}, """
+def mlm_mask(ids, mask_id, vocab_size, special_mask, mask_prob=0.15, rng=None):
+    rng = np.random.default_rng() if rng is None else rng
+    ids = np.asarray(ids)
+    candidates = np.flatnonzero(~np.asarray(special_mask, dtype=bool))
+    chosen = rng.choice(candidates, size=int(round(mask_prob * candidates.size)), replace=False)
+    selected = np.isin(np.arange(ids.size), chosen).reshape(ids.shape)
+    action = rng.random(ids.shape)
+    inputs = np.where(selected & (action < 0.8), mask_id, ids)
+    inputs = np.where(selected & (action >= 0.8) & (action < 0.9), rng.integers(0, vocab_size, size=ids.shape), inputs)
+    return inputs, np.where(selected, ids, -100)
+""")
+variant(PS8, "MLM masks exactly 80% and replaces exactly 10% of the selected tokens (no spread)", "mlm_mask",
+        {MLM_STATS}, """
+def mlm_mask(ids, mask_id, vocab_size, special_mask, mask_prob=0.15, rng=None):
+    rng = np.random.default_rng() if rng is None else rng
+    ids = np.asarray(ids)
+    selected = (rng.random(ids.shape) < mask_prob) & ~np.asarray(special_mask, dtype=bool)
+    order = rng.permutation(np.flatnonzero(selected))
+    n_mask, n_random = int(round(0.8 * order.size)), int(round(0.1 * order.size))
+    inputs = ids.copy().ravel()
+    inputs[order[:n_mask]] = mask_id
+    inputs[order[n_mask:n_mask + n_random]] = rng.integers(0, vocab_size, size=n_random)
+    return inputs.reshape(ids.shape), np.where(selected, ids, -100)
+""")
+variant(PS8, "MLM one draw for the selection and the 80/10/10 split (not rescaled)", "mlm_mask", {MLM_STATS}, """
+def mlm_mask(ids, mask_id, vocab_size, special_mask, mask_prob=0.15, rng=None):
+    rng = np.random.default_rng() if rng is None else rng
+    ids = np.asarray(ids)
+    u = rng.random(ids.shape)
+    selected = (u < mask_prob) & ~np.asarray(special_mask, dtype=bool)
+    inputs = np.where(selected & (u < 0.8), mask_id, ids)
+    inputs = np.where(selected & (u >= 0.8) & (u < 0.9), rng.integers(0, vocab_size, size=ids.shape), inputs)
+    return inputs, np.where(selected, ids, -100)
+""")
 loss_with = template(PS8, "mlm_loss", """
 def mlm_loss(logits, labels):
     logits, labels = np.asarray(logits, dtype=float), np.asarray(labels)

@@ -8,11 +8,16 @@ BERT's masking is random and a student's random stream is not ours, so ``mlm_mas
 what it returns (a ``verdict``), not by equality with the reference's sample: exact invariants in
 ``test_mlm_invariants``, and rates in ``test_mlm_statistics``. Each rate is a fraction of ``n`` independent
 trials, so by Hoeffding's inequality ``P(|rate - p| >= t) <= 2 exp(-2 n t^2)``; with ``t`` chosen to make that
-``1e-11`` and 27 rates per grading (seven cases, three rates each, and six more), a correct solution fails the
-check with probability below ``1e-9``. The cases are large enough (at least 12,000 selected tokens each, ``t`` at
-most 3.3%) that 90/10/0 masking (no kept tokens, 10 points away) fails every time. The generator comes from
+``1e-11`` and 27 rates per grading (seven cases, three rates each, and six more), the rates fail a correct
+solution with probability below ``1e-9``. The cases are large enough (at least 12,000 selected tokens each, ``t``
+at most 3.3%) that 90/10/0 masking (no kept tokens, 10 points away) fails every time. The generator comes from
 the grader (``rng=np.random.default_rng(seed)``), so that randomness can be checked to come from it, to change
 with it, and not to follow positions: see ``_selection_problems`` and ``_replacement_problems``.
+
+Rates alone do not see structure: a mask that selects exactly ``round(p n)`` tokens, or masks exactly 80% of the
+selected ones, has the right rates. So ``_spread_problems`` also measures how the counts vary from call to call,
+on ``SPREAD_CALLS`` calls of ``SPREAD_LENGTH`` tokens with ``mask_prob = 0.5``: see ``SPREAD_BOUNDS`` for the
+computation that keeps a correct solution's failure probability below ``3e-8``, the whole check's below ``1e-7``.
 """
 
 from __future__ import annotations
@@ -197,18 +202,57 @@ def _replacement_problems(cases: list[Case], arrays: list[tuple]) -> tuple[int, 
     return None
 
 
+# The spread of the counts, on SPREAD_CALLS calls of SPREAD_LENGTH non-special tokens (n = 40, p = 0.5): with k_i
+# tokens selected and m_i of them replaced by mask_id in call i, a correct solution has k_i ~ Binomial(n, p) and,
+# given k_i, m_i ~ Binomial(k_i, q) with q = 0.8 + 0.1 / vocab_size (a random id may be mask_id), independent across
+# calls. The dispersions
+#     D_count = sum_i (k_i - n p)^2 / (calls n p (1 - p)),    D_mask = sum_i (m_i - 0.8 k_i)^2 / (calls 0.16 n p)
+# have mean 1 (D_mask: 0.99999); each is a sum of independent, identically distributed terms whose exact
+# distribution (integers (k - 20)^2 and (5 m - 4 k)^2) is the calls-fold convolution of one term's, computed in
+# tests/test_ps8910_grading.py: P(D_count <= 0.4) = 1.0e-8, P(D_count >= 2.5) = 1e-14, P(D_mask <= 0.4) = 1.1e-8,
+# P(D_mask >= 2.5) = 1.4e-12, so a correct solution fails below 3e-8. A fixed count per call has D_count = 0; exactly
+# round(0.8 k) masks per call, D_mask <= 0.25 / 3.2 < 0.1; one draw for a whole call (all or nothing), D_count = n.
+SPREAD_CALLS, SPREAD_LENGTH, SPREAD_PROB = 100, 40, 0.5
+SPREAD_BOUNDS = (0.4, 2.5)
+
+
+def _dispersion_problem(what: str, dispersion: float) -> str | None:
+    low, high = SPREAD_BOUNDS
+    if low < dispersion < high:
+        return None
+    return (f"{what} varies from call to call {'less' if dispersion <= low else 'more'} than independent draws do "
+            f"(dispersion {dispersion:.3g}: the variance over the calls divided by the binomial variance; a correct "
+            f"solution lands in ({low}, {high}) except with probability below 3e-8)")
+
+
+def _spread_problems(cases: list[Case], arrays: list[tuple]) -> str | None:
+    """The dispersions of the selected count and of the [MASK] count over the spread calls (see SPREAD_BOUNDS)."""
+    selected = np.array([(labels != IGNORE).sum() for _, _, _, labels in arrays[SPREAD:]])
+    masked = np.array([((labels != IGNORE) & (inputs == case.args[1])).sum()
+                       for (_, _, inputs, labels), case in zip(arrays[SPREAD:], cases[SPREAD:])])
+    n, p, calls = SPREAD_LENGTH, SPREAD_PROB, len(selected)
+    count = ((selected - n * p) ** 2).sum() / (calls * n * p * (1 - p))
+    mask = ((masked - 0.8 * selected) ** 2).sum() / (calls * 0.16 * n * p)
+    found = (_dispersion_problem("the number of selected tokens", count)
+             or _dispersion_problem("the number of selected tokens replaced by mask_id", mask))
+    if found:
+        return (f"hidden cases {SPREAD + 1} to {len(cases)} ({calls} calls on {n} tokens, mask_prob {p}): {found}; "
+                "select each token, and decide each selected token's fate, independently")
+    return None
+
+
 def mlm_statistics(cases: list[Case], returned: list[tuple]) -> str | None:
     """Among the non-special tokens, the fraction selected is ``mask_prob``; among the selected ones, 80% become
     ``mask_id`` and 10% stay unchanged (the other 10% are random tokens). A random draw may hit the mask id or
     the original token: that moves the two rates by at most ``1 / vocab_size``, the slack allowed. Then the
-    properties of :func:`_selection_problems` and :func:`_replacement_problems`."""
+    properties of :func:`_selection_problems`, :func:`_replacement_problems` and :func:`_spread_problems`."""
     arrays = []
     for i, values in enumerate(returned):
         found = _mlm_arrays(cases[i], values)
         if isinstance(found, str):
             return f"{_label(i, cases)}: {found}"
         arrays.append(found)
-        ids, special, inputs, labels = found
+    for i, (ids, special, inputs, labels) in enumerate(arrays[:SPREAD]):
         mask_id, vocab_size = cases[i].args[1], cases[i].args[2]
         selected = (labels != IGNORE) & ~special
         n, k = int((~special).sum()), int(selected.sum())
@@ -227,7 +271,7 @@ def mlm_statistics(cases: list[Case], returned: list[tuple]) -> str | None:
     if found:
         i, problem = found
         return f"{_label(i, cases)}: {problem}"
-    return None
+    return _spread_problems(cases, arrays)
 
 
 # --- fresh inputs -------------------------------------------------------------------------------------------
@@ -270,13 +314,13 @@ def _mlm_invariants(rng):
             _mlm_case(big, big_special, vocab, float(rng.uniform(0.1, 0.6)), note="a random batch and mask_prob")]
 
 
-REPEATED, RESEEDED, LOW_IDS, TINY_VOCAB = 3, 4, 5, 6  # positions of the special cases of _mlm_statistics
+REPEATED, RESEEDED, LOW_IDS, TINY_VOCAB, SPREAD = 3, 4, 5, 6, 7  # positions of the special cases of _mlm_statistics
 
 
 def _mlm_statistics(rng):
     # about 86,000 non-special tokens per case: 13,000 selected at 15%, a bound of about 3% on the 80/10/10 rates
     cases = []
-    seeds = rng.choice(2**31, size=5, replace=False)
+    seeds = rng.choice(2**31, size=5 + SPREAD_CALLS, replace=False)
     for seed, (vocab, mask_prob) in zip(seeds, ((30522, 0.15), (int(rng.integers(1000, 50000)), 0.15),
                                                 (int(rng.integers(1000, 50000)), float(rng.uniform(0.25, 0.5))))):
         ids, special = _bert_batch(rng, 192, 512, vocab, 128)
@@ -291,6 +335,10 @@ def _mlm_statistics(rng):
     tiny = rng.integers(0, 2, size=(192, 512))  # TINY_VOCAB: ids 0 and 1, mask_id 2, vocab_size 3
     cases.append(_mlm_case(tiny, np.zeros(tiny.shape, dtype=bool), 3, 0.5, int(rng.integers(2**31)), mask_id=2,
                            note="vocabulary 3: a random id may be the original"))
+    for seed in seeds[5:]:  # SPREAD: the counts' spread over many calls
+        cases.append(_mlm_case(rng.integers(FIRST_WORD, 30522, size=SPREAD_LENGTH),
+                               np.zeros(SPREAD_LENGTH, dtype=bool), 30522, SPREAD_PROB, seed,
+                               note=f"one of {SPREAD_CALLS} calls on {SPREAD_LENGTH} tokens"))
     return cases
 
 
