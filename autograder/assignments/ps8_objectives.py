@@ -27,7 +27,7 @@ import math
 import numpy as np
 import torch
 
-from autograder.checks import Case, Check, RngArg
+from autograder.checks import Case, Check, FailureClass, RngArg
 from llmarch.objectives import (
     best_span,
     mlm_loss,
@@ -468,3 +468,91 @@ CHECKS = {
     "test_best_span_ties": Check("best_span", _best_span_ties, ref_best_span, rtol=0, atol=0,
                                  returns=("start", "end")),
 }
+
+
+def _prob(case) -> float:
+    return case.kwargs["mask_prob"]
+
+
+def _noise_float32(case) -> float:
+    length, density = case.args[0], case.args[1] if len(case.args) > 1 else 0.15
+    return float(np.float32(length) * np.float32(density))
+
+
+def _is_half(x: float) -> bool:
+    return x % 1 == 0.5
+
+
+def _valid_spans(case) -> list[tuple[float, int, int]]:
+    """(score, start, end) of every allowed span of a best_span case: start <= end < start + max_answer_len."""
+    start, end, longest = case.args
+    return [(start[i] + end[j], i, j) for i in range(len(start)) for j in range(i, min(len(end), i + longest))]
+
+
+def _overall_best(case) -> tuple[int, int]:
+    start, end, _ = case.args
+    scores = np.add.outer(start, end)
+    return np.unravel_index(np.argmax(scores), scores.shape)
+
+
+def _tie(case) -> bool:
+    scores = [score for score, _, _ in _valid_spans(case)]
+    return scores.count(max(scores)) > 1
+
+
+# Failure classes: every draw of the hidden cases meets each one (tests/test_failure_classes.py).
+FAILURE_CLASSES = [
+    FailureClass("MLM: mask_prob 1 (every non-special token)", "test_mlm_invariants", lambda case: _prob(case) == 1),
+    FailureClass("MLM: mask_prob 0", "test_mlm_invariants", lambda case: _prob(case) == 0),
+    FailureClass("MLM: ids of shape (T,)", "test_mlm_invariants", lambda case: case.args[0].ndim == 1),
+    FailureClass("MLM: special tokens among the words (not only at the ends)", "test_mlm_invariants",
+                 lambda case: case.args[3].mean() > 0.3 and 0 < _prob(case) < 1),
+    FailureClass("MLM: rates on many tokens at 15%", "test_mlm_statistics",
+                 lambda case: _prob(case) == 0.15 and (~case.args[3]).sum() >= 60000),
+    FailureClass("MLM: rates at another mask_prob", "test_mlm_statistics",
+                 lambda case: _prob(case) > 0.2 and (~case.args[3]).sum() >= 60000),
+    FailureClass("MLM: a small vocabulary (random ids cover all of it)", "test_mlm_statistics",
+                 lambda case: 3 < case.args[2] < 2000 and case.args[0][~case.args[3]].min() >= case.args[2] // 2),
+    FailureClass("MLM: vocabulary 3 (a random id may be the original)", "test_mlm_statistics",
+                 lambda case: case.args[2] == 3),
+    FailureClass("MLM: many small calls (the counts' spread)", "test_mlm_statistics",
+                 lambda case: case.args[0].shape == (SPREAD_LENGTH,) and _prob(case) == SPREAD_PROB),
+    FailureClass("MLM loss: the worked example", "test_mlm_loss",
+                 lambda case: case.args[0].ndim == 2 and (case.args[1] == IGNORE).any()),
+    FailureClass("MLM loss: logits (B, T, V) with labels -100", "test_mlm_loss",
+                 lambda case: case.args[0].ndim == 3 and (case.args[1] == IGNORE).any()),
+    FailureClass("MLM loss: logits of +-1000 (exp overflows without a shift)", "test_mlm_loss_large_logits",
+                 lambda case: np.abs(case.args[0]).max() >= 700),
+    FailureClass("T5 counts: a noise count that is an exact half (half to even)", "test_t5_counts",
+                 lambda case: _is_half(_noise_float32(case))),
+    FailureClass("T5 counts: float32 and float64 round differently", "test_t5_counts",
+                 lambda case: np.round(_noise_float32(case)) != np.round(case.args[0] * case.args[1])),
+    FailureClass("T5 counts: a fraction above one half (round, not floor)", "test_t5_counts",
+                 lambda case: _noise_float32(case) % 1 > 0.5),
+    FailureClass("T5 counts: a span count that is an exact half", "test_t5_counts",
+                 lambda case: _is_half(float(np.float32(ref_t5_counts(*case.args)[0]) / np.float32(case.args[2])))),
+    FailureClass("T5 clipping: no noise token before clipping", "test_t5_counts_clipping",
+                 lambda case: np.round(_noise_float32(case)) == 0),
+    FailureClass("T5 clipping: every token noise before clipping", "test_t5_counts_clipping",
+                 lambda case: np.round(_noise_float32(case)) >= case.args[0]),
+    FailureClass("T5 clipping: no span before clipping", "test_t5_counts_clipping",
+                 lambda case: np.round(np.float32(ref_t5_counts(*case.args)[0]) / np.float32(case.args[2])) == 0),
+    FailureClass("T5 format: several spans, some longer than one token", "test_t5_corruption",
+                 lambda case: np.diff(case.args[1].astype(int)).clip(0).sum() >= 2
+                 and (case.args[1][1:] & case.args[1][:-1]).any()),
+    FailureClass("T5 format: noise at the first token", "test_t5_corruption_edges", lambda case: case.args[1][0]),
+    FailureClass("T5 format: noise at the last token", "test_t5_corruption_edges", lambda case: case.args[1][-1]),
+    FailureClass("T5 format: no noise at all", "test_t5_corruption_edges", lambda case: not case.args[1].any()),
+    FailureClass("best span: the best pair has the end before the start", "test_best_span",
+                 lambda case: _overall_best(case)[1] < _overall_best(case)[0]),
+    FailureClass("best span: the best pair is one token too long", "test_best_span",
+                 lambda case: _overall_best(case)[1] - _overall_best(case)[0] == case.args[2]),
+    FailureClass("best span: max_answer_len 1", "test_best_span", lambda case: case.args[2] == 1),
+    FailureClass("best span: max_answer_len longer than the sequence", "test_best_span",
+                 lambda case: case.args[2] > len(case.args[0])),
+    FailureClass("best span: question tokens at -inf", "test_best_span", lambda case: np.isinf(case.args[0]).any()),
+    FailureClass("best span ties: several best spans", "test_best_span_ties", _tie),
+    FailureClass("best span ties: a tie of one-token spans", "test_best_span_ties",
+                 lambda case: sum(1 for score, i, j in _valid_spans(case)
+                                  if i == j and score == max(s for s, _, _ in _valid_spans(case))) > 1),
+]
