@@ -1417,6 +1417,8 @@ variant(PS9, "PII: e-mail local part without '+'", "redact_pii", {"test_pii_emai
 variant(PS9, "PII: IPv4 addresses replaced by <IP>", "redact_pii", {"test_pii_email_ip"}, pii_with(ip_tag="<IP>"))
 variant(PS9, "PII: IPv4 without the 0-255 range and without the dotted context", "redact_pii", {"test_pii_email_ip"},
         pii_with(ipv4=r"\d{{1,3}}(?:\.\d{{1,3}}){{3}}"))
+variant(PS9, "PII: IPv4 kept apart from digits and dots only (x1.2.3.4 and 1.2.3.4a redacted)", "redact_pii",
+        {"test_pii_email_ip"}, pii_with(ipv4=r"(?<![\d.]){octet}(?:\.{octet}){{3}}(?!\d|\.\d)"))
 variant(PS9, "PII: no international phone numbers", "redact_pii", {"test_pii_phone"}, pii_with(international_step=""))
 variant(PS9, "PII: any run of digits and separators is a phone number", "redact_pii",
         {"test_pii_phone", "test_pii_numbers", "test_pii_email_ip"}, pii_with(international_step="", north_american=r"\+?\d[\d .()-]{6,}\d"))
