@@ -12,7 +12,9 @@ Input layout (written by the grader): one check's files, ``spec.json`` with
 arrays it names. In the sandbox they arrive from the runner's supervisor as ``{file name: bytes}``, when the
 test cell is run and not before (``runner.py``); the course's own tests pass a folder ``<inputs>/<check>/``.
 Output layout: ``/submission/.grader-outputs/<check>/case<i>_out<j>.npy`` for each returned value, or
-``case<i>.error.txt`` with the exception the function raised.
+``case<i>.error.txt`` with the exception the function raised. When the spec says ``"keeps_inputs": true`` (the
+notebook's text forbids changing the arguments), also every array argument as it is after the call,
+``case<i>_after_arg<j>.npy`` or ``case<i>_after_kw_<name>.npy``: the grader compares them with its inputs.
 
 Plain data (strings, lists, tuples, dicts: what a tokenizer takes and returns) crosses the boundary as JSON in
 the tagged form of :func:`to_data`: an argument ``{"data": ...}``, and, when the spec says ``"output": "data"``,
@@ -205,6 +207,11 @@ def capture(check_id, namespace=None, inputs=None, outputs=OUTPUTS):
             args = [_argument(a, read) for a in case["args"]]
             kwargs = {k: _argument(a, read) for k, a in case["kwargs"].items()}
             result = function(*args, **kwargs)
+            if spec.get("keeps_inputs"):
+                named = [(f"arg{j}", a) for j, a in enumerate(args)] + [(f"kw_{k}", a) for k, a in kwargs.items()]
+                for key, value in named:
+                    if isinstance(value, np.ndarray):
+                        np.save(os.path.join(out, f"case{i}_after_{key}.npy"), np.asarray(value), allow_pickle=False)
             if spec.get("output") == "data":
                 text = json.dumps(to_data(result))
                 with open(os.path.join(out, f"case{i}_out.json"), "w", encoding="utf-8") as f:

@@ -7,6 +7,7 @@ Book-keeping only; the comparison itself is in ``compare.py`` and the per-assign
 
 from __future__ import annotations
 
+import inspect
 import io
 import json
 import math
@@ -88,7 +89,11 @@ class Check:
     ``verdict``: for a check graded by a property of all its outputs together rather than by their values
     (MinHash signatures, whose collision rates must estimate Jaccard similarities), a trusted function called
     with the cases and every case's returned arrays (a tuple per case); it returns ``None`` when they pass, else
-    the message. The reference then only fixes how many values each case returns. Arrays output only."""
+    the message. The reference then only fixes how many values each case returns. Arrays output only.
+
+    ``keeps_inputs``: where the notebook's text forbids changing the arguments, that rule in the text's words
+    ("the text asks for a new array and the input unchanged"); capture then saves every array argument as it is
+    after the call, and a case whose argument changed fails, naming the argument (:func:`_changed_argument`)."""
 
     function: str
     cases: Callable[[np.random.Generator], list[Case]]
@@ -100,6 +105,7 @@ class Check:
     verdict: Callable[[list[Case], list[tuple]], str | None] | None = None  # judges all outputs together
     dtype: str | None = None  # a stated contract ("float64"): a float answer of another dtype fails, by name
     returns: tuple[str, ...] = ()  # the names of the returned values, for messages: ("n_noise", "n_spans")
+    keeps_inputs: str = ""  # the text's rule when it forbids changing the arguments in place
 
 
 @dataclass(frozen=True)
@@ -165,6 +171,7 @@ def write_inputs(check_id: str, check: Check, cases: list[Case], expected: list,
 
     spec = {
         "output": check.output,
+        "keeps_inputs": bool(check.keeps_inputs),
         "function": check.function,
         "cases": [
             {
@@ -227,11 +234,41 @@ def decode_data(raw: bytes | None):
         return False, None
 
 
-def captured_files(check: Check, check_id: str, expected_all: list) -> dict[str, int]:
+def _array_arguments(check: Check, case: Case) -> list[tuple[str, str, np.ndarray]]:
+    """``(key, name, array)`` for every array argument of ``case``: ``key`` as capture names the argument's
+    copy after the call (``case<i>_after_<key>.npy``, as ``capture.py`` writes it), ``name`` as the reference's
+    signature names the parameter (``buffers``)."""
+    try:
+        names = list(inspect.signature(check.reference).parameters)
+    except (TypeError, ValueError):
+        names = []
+    found = [(f"arg{j}", names[j] if j < len(names) else f"argument {j + 1}", a) for j, a in enumerate(case.args)]
+    found += [(f"kw_{k}", k, a) for k, a in case.kwargs.items()]
+    return [(key, name, a) for key, name, a in found if isinstance(a, np.ndarray)]
+
+
+def _changed_argument(check: Check, case: Case, label: str, folder: str, i: int, files: dict) -> str | None:
+    """The message when ``check.keeps_inputs`` and an array argument of case ``i`` came back changed (its values
+    or its shape) or not at all."""
+    for key, name, before in _array_arguments(check, case) if check.keeps_inputs else ():
+        data = files.get(f"{folder}/case{i}_after_{key}.npy")
+        after = None if data is None else parse_npy(data)
+        if after is None:
+            return f"{label}: the grader received no copy of the argument `{name}` after the call"
+        if not (after.shape == before.shape and np.array_equal(after, before, equal_nan=before.dtype.kind == "f")):
+            return f"{label}: changed its argument `{name}` in place; {check.keeps_inputs}"
+    return None
+
+
+def captured_files(check: Check, check_id: str, expected_all: list, cases: list[Case] = ()) -> dict[str, int]:
     """Every file phase 1 may leave for this check that :func:`judge` reads, with the most bytes it reads of
-    each (``{".grader-outputs/<check>/case0_out0.npy": MAX_OUTPUT_BYTES, ...}``): what a worker sends back."""
+    each (``{".grader-outputs/<check>/case0_out0.npy": MAX_OUTPUT_BYTES, ...}``): what a worker sends back.
+    ``cases``: for a check with ``keeps_inputs``, whose array arguments come back too."""
     folder = f"{OUTPUTS}/{check_id}"
     files = {}
+    for i, case in enumerate(cases if check.keeps_inputs else ()):
+        for key, _, _ in _array_arguments(check, case):
+            files[f"{folder}/case{i}_after_{key}.npy"] = MAX_OUTPUT_BYTES
     for i, expected in enumerate(expected_all):
         files[f"{folder}/case{i}.error.txt"] = 4000
         if check.output == "data":
@@ -264,7 +301,8 @@ def judge(check: Check, check_id: str, cases: list[Case], expected_all: list, fi
             found, got = decode_data(files.get(f"{folder}/case{i}_out.json"))
             if not found:
                 return CheckResult(False, f"{label}: the grader received no result (did the notebook stop before this test?)")
-            problem = compare_data(got, expected, label, check.rtol, check.atol, check.returns)
+            problem = (compare_data(got, expected, label, check.rtol, check.atol, check.returns)
+                       or _changed_argument(check, case, label, folder, i, files))
             if problem:
                 return CheckResult(False, problem)
             continue
@@ -284,6 +322,9 @@ def judge(check: Check, check_id: str, cases: list[Case], expected_all: list, fi
             values.append(got)
         if files.get(f"{folder}/case{i}_out{len(expected)}.npy") is not None:
             return CheckResult(False, f"{label}: returned more than {len(expected)} value(s)")
+        changed = _changed_argument(check, case, label, folder, i, files)
+        if changed:
+            return CheckResult(False, changed)
         returned.append(tuple(values))
     if check.verdict:
         problem = check.verdict(cases, returned)

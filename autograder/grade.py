@@ -322,7 +322,7 @@ def _phase1(assignment: str, student: str, loaded: Loaded, options: Options) -> 
             stdin_data=pack_inputs(inputs), unsafe_no_sandbox=options.unsafe_no_sandbox,
         )
         names = {name: limit for gid, check in checks.items()
-                 for name, limit in captured_files(check, gid, expected[gid]).items()}
+                 for name, limit in captured_files(check, gid, expected[gid], cases[gid]).items()}
         files = _collect(workdir, names)
         cells = parse_run_record(read_result_file(workdir, ".grader-run.json", MAX_RUN_RECORD_BYTES))
         information = (_gpu_benchmark(workdir, options, benchmark_program(template, prepared))

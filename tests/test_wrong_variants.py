@@ -1115,6 +1115,41 @@ def mlm_mask(ids, mask_id, vocab_size, special_mask, mask_prob=0.15, rng=None):
     inputs = np.where(selected & (action >= 0.8) & (action < 0.9), rng.integers(0, vocab_size, size=ids.shape), inputs)
     return inputs, np.where(selected, ids, -100)
 """)
+variant(PS8, "MLM selects exactly round(mask_prob * n) tokens (right rates, no spread)", "mlm_mask", {MLM_STATS}, """
+def mlm_mask(ids, mask_id, vocab_size, special_mask, mask_prob=0.15, rng=None):
+    rng = np.random.default_rng() if rng is None else rng
+    ids = np.asarray(ids)
+    candidates = np.flatnonzero(~np.asarray(special_mask, dtype=bool))
+    chosen = rng.choice(candidates, size=int(round(mask_prob * candidates.size)), replace=False)
+    selected = np.isin(np.arange(ids.size), chosen).reshape(ids.shape)
+    action = rng.random(ids.shape)
+    inputs = np.where(selected & (action < 0.8), mask_id, ids)
+    inputs = np.where(selected & (action >= 0.8) & (action < 0.9), rng.integers(0, vocab_size, size=ids.shape), inputs)
+    return inputs, np.where(selected, ids, -100)
+""")
+variant(PS8, "MLM masks exactly 80% and replaces exactly 10% of the selected tokens (no spread)", "mlm_mask",
+        {MLM_STATS}, """
+def mlm_mask(ids, mask_id, vocab_size, special_mask, mask_prob=0.15, rng=None):
+    rng = np.random.default_rng() if rng is None else rng
+    ids = np.asarray(ids)
+    selected = (rng.random(ids.shape) < mask_prob) & ~np.asarray(special_mask, dtype=bool)
+    order = rng.permutation(np.flatnonzero(selected))
+    n_mask, n_random = int(round(0.8 * order.size)), int(round(0.1 * order.size))
+    inputs = ids.copy().ravel()
+    inputs[order[:n_mask]] = mask_id
+    inputs[order[n_mask:n_mask + n_random]] = rng.integers(0, vocab_size, size=n_random)
+    return inputs.reshape(ids.shape), np.where(selected, ids, -100)
+""")
+variant(PS8, "MLM one draw for the selection and the 80/10/10 split (not rescaled)", "mlm_mask", {MLM_STATS}, """
+def mlm_mask(ids, mask_id, vocab_size, special_mask, mask_prob=0.15, rng=None):
+    rng = np.random.default_rng() if rng is None else rng
+    ids = np.asarray(ids)
+    u = rng.random(ids.shape)
+    selected = (u < mask_prob) & ~np.asarray(special_mask, dtype=bool)
+    inputs = np.where(selected & (u < 0.8), mask_id, ids)
+    inputs = np.where(selected & (u >= 0.8) & (u < 0.9), rng.integers(0, vocab_size, size=ids.shape), inputs)
+    return inputs, np.where(selected, ids, -100)
+""")
 loss_with = template(PS8, "mlm_loss", """
 def mlm_loss(logits, labels):
     logits, labels = np.asarray(logits, dtype=float), np.asarray(labels)
@@ -1446,6 +1481,8 @@ variant(PS9, "PII: e-mail local part without '+'", "redact_pii", {"test_pii_emai
 variant(PS9, "PII: IPv4 addresses replaced by <IP>", "redact_pii", {"test_pii_email_ip"}, pii_with(ip_tag="<IP>"))
 variant(PS9, "PII: IPv4 without the 0-255 range and without the dotted context", "redact_pii", {"test_pii_email_ip"},
         pii_with(ipv4=r"\d{{1,3}}(?:\.\d{{1,3}}){{3}}"))
+variant(PS9, "PII: IPv4 kept apart from digits and dots only (x1.2.3.4 and 1.2.3.4a redacted)", "redact_pii",
+        {"test_pii_email_ip"}, pii_with(ipv4=r"(?<![\d.]){octet}(?:\.{octet}){{3}}(?!\d|\.\d)"))
 variant(PS9, "PII: no international phone numbers", "redact_pii", {"test_pii_phone"}, pii_with(international_step=""))
 variant(PS9, "PII: any run of digits and separators is a phone number", "redact_pii",
         {"test_pii_phone", "test_pii_numbers", "test_pii_email_ip"}, pii_with(international_step="", north_american=r"\+?\d[\d .()-]{6,}\d"))

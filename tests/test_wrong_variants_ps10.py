@@ -40,6 +40,19 @@ def ring_reduce_scatter(buffers):
     buffers = np.asarray(buffers, dtype=float)
     return np.tile(buffers.sum(axis=0), (buffers.shape[0], 1))
 """)
+base.variant(PS10, "reduce-scatter in place (changes the caller's buffers)", "ring_reduce_scatter",
+             {"test_reduce_scatter"}, """
+def ring_reduce_scatter(buffers):
+    out = np.asarray(buffers, dtype=float)
+    world = out.shape[0]
+    slices = chunk_slices(out.shape[1], world)
+    for step in range(world - 1):
+        sent = [(r, (r - step) % world) for r in range(world)]
+        payloads = [out[r, slices[c]].copy() for r, c in sent]
+        for (r, c), payload in zip(sent, payloads):
+            out[(r + 1) % world, slices[c]] += payload
+    return out
+""")
 base.variant(PS10, "reduce-scatter stops one step early", "ring_reduce_scatter", {"test_reduce_scatter"} | ALL_REDUCE,
              reduce_scatter_with(chunk="(r - step) % world if step < world - 2 else r"))
 
@@ -59,6 +72,18 @@ base.variant(PS10, "all-gather sends chunk r - s (reduce-scatter's order)", "rin
              {"test_all_gather"} | ALL_REDUCE, all_gather_with(chunk="(r - step) % world"))
 base.variant(PS10, "all-gather adds instead of overwriting", "ring_all_gather", {"test_all_gather"} | ALL_REDUCE,
              all_gather_with(combine="+="))
+
+base.variant(PS10, "all-gather in place (changes the caller's buffers)", "ring_all_gather", {"test_all_gather"}, """
+def ring_all_gather(buffers):
+    world = buffers.shape[0]
+    slices = chunk_slices(buffers.shape[1], world)
+    for step in range(world - 1):
+        sent = [(r, (r + 1 - step) % world) for r in range(world)]
+        payloads = [buffers[r, slices[c]].copy() for r, c in sent]
+        for (r, c), payload in zip(sent, payloads):
+            buffers[(r + 1) % world, slices[c]] = payload
+    return buffers
+""")
 
 base.variant(PS10, "all-reduce averages instead of summing", "ring_all_reduce", ALL_REDUCE, """
 def ring_all_reduce(buffers):
@@ -130,17 +155,17 @@ def loss_scale_trace(overflows, init_scale=65536.0, growth_factor=2.0, backoff_f
         {record}
         taken.append({taken})
         if overflow:
-            scale *= backoff_factor
+            scale = {backoff}
             clean = {reset}
         else:
             clean += 1
             if clean == {interval}:
-                scale *= growth_factor
+                scale = {grow}
                 clean = 0
         {record_after}
     return np.array(scales, dtype=float), np.array(taken, dtype=bool)
 """, record="scales.append(scale)", taken="not overflow", reset="0", interval="growth_interval",
-    record_after="pass")
+    record_after="pass", backoff="scale * backoff_factor", grow="scale * growth_factor")
 base.variant(PS10, "loss scale recorded after its update", "loss_scale_trace", SCALER,
              scaler_with(record="pass", record_after="scales.append(scale)"))
 base.variant(PS10, "an overflow does not restart the clean count", "loss_scale_trace", {"test_loss_scaler_growth"},
@@ -148,6 +173,12 @@ base.variant(PS10, "an overflow does not restart the clean count", "loss_scale_t
 base.variant(PS10, "grows after growth_interval + 1 clean steps", "loss_scale_trace", {"test_loss_scaler_growth"},
              scaler_with(interval="growth_interval + 1"))
 base.variant(PS10, "an overflowing step is still taken", "loss_scale_trace", SCALER, scaler_with(taken="True"))
+base.variant(PS10, "loss scale floored at 1 (the text states no floor)", "loss_scale_trace", SCALER,
+             scaler_with(backoff="max(scale * backoff_factor, 1.0)"))
+base.variant(PS10, "loss scale capped at 2**24 when it grows (the text states no ceiling)", "loss_scale_trace",
+             {"test_loss_scaler_growth"}, scaler_with(grow="min(scale * growth_factor, 2.0**24)"))
+base.variant(PS10, "grows after growth_interval - 1 clean steps", "loss_scale_trace", {"test_loss_scaler_growth"},
+             scaler_with(interval="growth_interval - 1"))
 
 VARIANTS = base.VARIANTS[PS10][FIRST[0]:]
 TEMPLATES = base.TEMPLATES[FIRST[1]:]

@@ -14,7 +14,7 @@ import math
 import numpy as np
 import torch
 
-from autograder.checks import Case, Check
+from autograder.checks import Case, Check, FailureClass
 from llmarch.parallel import pipeline_schedule
 from llmarch.parallel.ring import ring_all_gather, ring_all_reduce, ring_bytes_sent, ring_reduce_scatter
 from llmarch.train import LossScaler, model_state_bytes
@@ -147,6 +147,9 @@ def _loss_scaler_backoff(rng):
             Case((np.array([True, False]),), {"init_scale": 8.0, "backoff_factor": 0.25},
                  note="an overflow on the first step, backoff_factor 0.25"),
             Case((np.array([True, True, True]),), {"init_scale": 2.0**10}, note="three overflows in a row"),
+            Case((np.array([True, True, False, True, True]),), {"init_scale": 2.0},
+                 note="overflows that take the scale below 1"),
+            Case((np.array([False, True, True]),), {"init_scale": 2.0**30}, note="an initial scale of 2**30"),
             Case((_overflows(rng, int(rng.integers(5, 30)), 0.4),),
                  {"init_scale": float(2 ** int(rng.integers(4, 20))), "backoff_factor": float(rng.choice([0.5, 0.25]))},
                  note="random overflows, a random initial scale and backoff")]
@@ -160,14 +163,22 @@ def _loss_scaler_growth(rng):
             Case((np.zeros(4, dtype=bool),), {"init_scale": 1.0, "growth_factor": 3.0, "growth_interval": 2},
                  note="growth_factor 3"),
             Case((np.zeros(3, dtype=bool),), {"growth_interval": 1}, note="growth_interval 1, the default scale"),
+            Case((np.array([True, True, False, False, True, False, False]),), {"init_scale": 1.0, "growth_interval": 2},
+                 note="overflows below a scale of 1, then growth"),
+            Case((np.zeros(5, dtype=bool),), {"init_scale": 2.0**23, "growth_interval": 1},
+                 note="growth from 2**23, past 2**24"),
             Case((_overflows(rng, int(rng.integers(10, 40)), 0.2),),
                  {"init_scale": float(2 ** int(rng.integers(0, 16))), "growth_interval": int(rng.integers(1, 6))},
                  note="random overflows, a random initial scale and growth_interval")]
 
 
+KEEP_BUFFERS = "the text asks for a new array and the input unchanged"
+
 CHECKS = {
-    "test_reduce_scatter": Check("ring_reduce_scatter", _reduce_scatter, ring_reduce_scatter, rtol=1e-9, atol=1e-9),
-    "test_all_gather": Check("ring_all_gather", _all_gather, ring_all_gather, rtol=1e-9, atol=1e-9),
+    "test_reduce_scatter": Check("ring_reduce_scatter", _reduce_scatter, ring_reduce_scatter, rtol=1e-9, atol=1e-9,
+                                 keeps_inputs=KEEP_BUFFERS),
+    "test_all_gather": Check("ring_all_gather", _all_gather, ring_all_gather, rtol=1e-9, atol=1e-9,
+                             keeps_inputs=KEEP_BUFFERS),
     "test_all_reduce": Check("ring_all_reduce", _all_reduce, ring_all_reduce, rtol=1e-9, atol=1e-9,
                              depends_on=("ring_reduce_scatter", "ring_all_gather")),
     "test_ring_bytes": Check("ring_bytes_sent", _ring_bytes, lambda n, w, op: np.float64(ring_bytes_sent(n, w, op))),
@@ -177,3 +188,76 @@ CHECKS = {
     "test_loss_scaler_backoff": Check("loss_scale_trace", _loss_scaler_backoff, ref_loss_scale_trace),
     "test_loss_scaler_growth": Check("loss_scale_trace", _loss_scaler_growth, ref_loss_scale_trace),
 }
+
+
+def _world(case):
+    return case.args[0].shape[0]
+
+
+def _uneven(case):
+    return case.args[0].shape[1] % case.args[0].shape[0] != 0
+
+
+def _scales(case):
+    return ref_loss_scale_trace(*case.args, **case.kwargs)[0]
+
+
+# Failure classes: every draw of the hidden cases meets each one (tests/test_failure_classes.py).
+FAILURE_CLASSES = [
+    FailureClass("reduce-scatter: chunks of unequal size (n not a multiple of N)", "test_reduce_scatter", _uneven),
+    FailureClass("reduce-scatter: four ranks or more (the order of the chunks shows)", "test_reduce_scatter",
+                 lambda case: _world(case) >= 4),
+    FailureClass("reduce-scatter: float64 buffers that an in-place update would change", "test_reduce_scatter",
+                 lambda case: case.args[0].dtype == np.float64),
+    FailureClass("all-gather: chunks of unequal size", "test_all_gather", _uneven),
+    FailureClass("all-gather: entries outside the owned chunks that must be overwritten", "test_all_gather",
+                 lambda case: _world(case) >= 3 and np.unique(case.args[0]).size > 1),
+    FailureClass("all-gather: float64 buffers that an in-place update would change", "test_all_gather",
+                 lambda case: case.args[0].dtype == np.float64),
+    FailureClass("all-reduce: chunks of unequal size", "test_all_reduce", _uneven),
+    FailureClass("all-reduce: a single rank", "test_all_reduce", lambda case: _world(case) == 1),
+    FailureClass("ring bytes: an all-reduce on several ranks (twice one pass)", "test_ring_bytes",
+                 lambda case: case.args[2] == "all_reduce" and case.args[1] > 1),
+    FailureClass("ring bytes: a reduce-scatter", "test_ring_bytes", lambda case: case.args[2] == "reduce_scatter"),
+    FailureClass("ring bytes: an all-gather", "test_ring_bytes", lambda case: case.args[2] == "all_gather"),
+    FailureClass("ring bytes: a single rank sends nothing", "test_ring_bytes", lambda case: case.args[1] == 1),
+    *[FailureClass(f"ZeRO: stage {stage} on several GPUs", "test_zero_memory",
+                   lambda case, stage=stage: case.args[2] == stage and case.args[1] > 1) for stage in range(4)],
+    FailureClass("ZeRO: optimiser state k other than 12", "test_zero_memory",
+                 lambda case: case.kwargs.get("k", 12) != 12 and case.args[2] >= 1),
+    FailureClass("ZeRO: a single GPU", "test_zero_memory", lambda case: case.args[1] == 1),
+    FailureClass("GPipe: several stages and micro-batches", "test_gpipe_schedule",
+                 lambda case: case.args[0] > 1 and case.args[1] > 1),
+    FailureClass("GPipe: more micro-batches than stages", "test_gpipe_schedule",
+                 lambda case: case.args[1] > case.args[0]),
+    FailureClass("GPipe: a single stage", "test_gpipe_schedule", lambda case: case.args[0] == 1),
+    FailureClass("GPipe: a single micro-batch", "test_gpipe_schedule", lambda case: case.args[1] == 1),
+    FailureClass("bubble: idle columns after the last operation", "test_pipeline_bubble",
+                 lambda case: case.args[0].any() and not case.args[0][:, -1].any()),
+    FailureClass("bubble: an idle first slot of a working grid", "test_pipeline_bubble",
+                 lambda case: case.args[0].any() and not case.args[0][:, 0].any()),
+    FailureClass("bubble: a stage idle throughout, other stages working", "test_pipeline_bubble",
+                 lambda case: case.args[0].any() and not case.args[0].any(axis=1).all()),
+    FailureClass("bubble: an empty grid", "test_pipeline_bubble", lambda case: not case.args[0].any()),
+    FailureClass("backoff: an overflow on the first step", "test_loss_scaler_backoff", lambda case: case.args[0][0]),
+    FailureClass("backoff: overflows in a row", "test_loss_scaler_backoff",
+                 lambda case: (case.args[0][1:] & case.args[0][:-1]).any()),
+    FailureClass("backoff: backoff_factor other than 0.5", "test_loss_scaler_backoff",
+                 lambda case: case.kwargs.get("backoff_factor", 0.5) != 0.5 and case.args[0].any()),
+    FailureClass("backoff: a scale below 1 (no floor in the text)", "test_loss_scaler_backoff",
+                 lambda case: _scales(case).min() < 1),
+    FailureClass("backoff: a scale above 2**24 (no ceiling in the text)", "test_loss_scaler_backoff",
+                 lambda case: _scales(case).max() > 2**24),
+    FailureClass("growth: several growths in a row", "test_loss_scaler_growth",
+                 lambda case: np.sum(np.diff(_scales(case)) > 0) >= 2),
+    FailureClass("growth: an overflow restarts the clean count", "test_loss_scaler_growth",
+                 lambda case: case.args[0].any() and np.diff(_scales(case)).max(initial=0) > 0),
+    FailureClass("growth: growth_factor other than 2", "test_loss_scaler_growth",
+                 lambda case: case.kwargs.get("growth_factor", 2.0) != 2.0),
+    FailureClass("growth: growth_interval 1", "test_loss_scaler_growth",
+                 lambda case: case.kwargs.get("growth_interval", 2000) == 1),
+    FailureClass("growth: a scale below 1 (no floor in the text)", "test_loss_scaler_growth",
+                 lambda case: _scales(case).min() < 1),
+    FailureClass("growth: a scale above 2**24 (no ceiling in the text)", "test_loss_scaler_growth",
+                 lambda case: _scales(case).max() > 2**24),
+]

@@ -8,11 +8,16 @@ BERT's masking is random and a student's random stream is not ours, so ``mlm_mas
 what it returns (a ``verdict``), not by equality with the reference's sample: exact invariants in
 ``test_mlm_invariants``, and rates in ``test_mlm_statistics``. Each rate is a fraction of ``n`` independent
 trials, so by Hoeffding's inequality ``P(|rate - p| >= t) <= 2 exp(-2 n t^2)``; with ``t`` chosen to make that
-``1e-11`` and 27 rates per grading (seven cases, three rates each, and six more), a correct solution fails the
-check with probability below ``1e-9``. The cases are large enough (at least 12,000 selected tokens each, ``t`` at
-most 3.3%) that 90/10/0 masking (no kept tokens, 10 points away) fails every time. The generator comes from
+``1e-11`` and 27 rates per grading (seven cases, three rates each, and six more), the rates fail a correct
+solution with probability below ``1e-9``. The cases are large enough (at least 12,000 selected tokens each, ``t``
+at most 3.3%) that 90/10/0 masking (no kept tokens, 10 points away) fails every time. The generator comes from
 the grader (``rng=np.random.default_rng(seed)``), so that randomness can be checked to come from it, to change
 with it, and not to follow positions: see ``_selection_problems`` and ``_replacement_problems``.
+
+Rates alone do not see structure: a mask that selects exactly ``round(p n)`` tokens, or masks exactly 80% of the
+selected ones, has the right rates. So ``_spread_problems`` also measures how the counts vary from call to call,
+on ``SPREAD_CALLS`` calls of ``SPREAD_LENGTH`` tokens with ``mask_prob = 0.5``: see ``SPREAD_BOUNDS`` for the
+computation that keeps a correct solution's failure probability below ``3e-8``, the whole check's below ``1e-7``.
 """
 
 from __future__ import annotations
@@ -22,7 +27,7 @@ import math
 import numpy as np
 import torch
 
-from autograder.checks import Case, Check, RngArg
+from autograder.checks import Case, Check, FailureClass, RngArg
 from llmarch.objectives import (
     best_span,
     mlm_loss,
@@ -197,18 +202,57 @@ def _replacement_problems(cases: list[Case], arrays: list[tuple]) -> tuple[int, 
     return None
 
 
+# The spread of the counts, on SPREAD_CALLS calls of SPREAD_LENGTH non-special tokens (n = 40, p = 0.5): with k_i
+# tokens selected and m_i of them replaced by mask_id in call i, a correct solution has k_i ~ Binomial(n, p) and,
+# given k_i, m_i ~ Binomial(k_i, q) with q = 0.8 + 0.1 / vocab_size (a random id may be mask_id), independent across
+# calls. The dispersions
+#     D_count = sum_i (k_i - n p)^2 / (calls n p (1 - p)),    D_mask = sum_i (m_i - 0.8 k_i)^2 / (calls 0.16 n p)
+# have mean 1 (D_mask: 0.99999); each is a sum of independent, identically distributed terms whose exact
+# distribution (integers (k - 20)^2 and (5 m - 4 k)^2) is the calls-fold convolution of one term's, computed in
+# tests/test_ps8910_grading.py: P(D_count <= 0.4) = 1.0e-8, P(D_count >= 2.5) = 1e-14, P(D_mask <= 0.4) = 1.1e-8,
+# P(D_mask >= 2.5) = 1.4e-12, so a correct solution fails below 3e-8. A fixed count per call has D_count = 0; exactly
+# round(0.8 k) masks per call, D_mask <= 0.25 / 3.2 < 0.1; one draw for a whole call (all or nothing), D_count = n.
+SPREAD_CALLS, SPREAD_LENGTH, SPREAD_PROB = 100, 40, 0.5
+SPREAD_BOUNDS = (0.4, 2.5)
+
+
+def _dispersion_problem(what: str, dispersion: float) -> str | None:
+    low, high = SPREAD_BOUNDS
+    if low < dispersion < high:
+        return None
+    return (f"{what} varies from call to call {'less' if dispersion <= low else 'more'} than independent draws do "
+            f"(dispersion {dispersion:.3g}: the variance over the calls divided by the binomial variance; a correct "
+            f"solution lands in ({low}, {high}) except with probability below 3e-8)")
+
+
+def _spread_problems(cases: list[Case], arrays: list[tuple]) -> str | None:
+    """The dispersions of the selected count and of the [MASK] count over the spread calls (see SPREAD_BOUNDS)."""
+    selected = np.array([(labels != IGNORE).sum() for _, _, _, labels in arrays[SPREAD:]])
+    masked = np.array([((labels != IGNORE) & (inputs == case.args[1])).sum()
+                       for (_, _, inputs, labels), case in zip(arrays[SPREAD:], cases[SPREAD:])])
+    n, p, calls = SPREAD_LENGTH, SPREAD_PROB, len(selected)
+    count = ((selected - n * p) ** 2).sum() / (calls * n * p * (1 - p))
+    mask = ((masked - 0.8 * selected) ** 2).sum() / (calls * 0.16 * n * p)
+    found = (_dispersion_problem("the number of selected tokens", count)
+             or _dispersion_problem("the number of selected tokens replaced by mask_id", mask))
+    if found:
+        return (f"hidden cases {SPREAD + 1} to {len(cases)} ({calls} calls on {n} tokens, mask_prob {p}): {found}; "
+                "select each token, and decide each selected token's fate, independently")
+    return None
+
+
 def mlm_statistics(cases: list[Case], returned: list[tuple]) -> str | None:
     """Among the non-special tokens, the fraction selected is ``mask_prob``; among the selected ones, 80% become
     ``mask_id`` and 10% stay unchanged (the other 10% are random tokens). A random draw may hit the mask id or
     the original token: that moves the two rates by at most ``1 / vocab_size``, the slack allowed. Then the
-    properties of :func:`_selection_problems` and :func:`_replacement_problems`."""
+    properties of :func:`_selection_problems`, :func:`_replacement_problems` and :func:`_spread_problems`."""
     arrays = []
     for i, values in enumerate(returned):
         found = _mlm_arrays(cases[i], values)
         if isinstance(found, str):
             return f"{_label(i, cases)}: {found}"
         arrays.append(found)
-        ids, special, inputs, labels = found
+    for i, (ids, special, inputs, labels) in enumerate(arrays[:SPREAD]):
         mask_id, vocab_size = cases[i].args[1], cases[i].args[2]
         selected = (labels != IGNORE) & ~special
         n, k = int((~special).sum()), int(selected.sum())
@@ -227,7 +271,7 @@ def mlm_statistics(cases: list[Case], returned: list[tuple]) -> str | None:
     if found:
         i, problem = found
         return f"{_label(i, cases)}: {problem}"
-    return None
+    return _spread_problems(cases, arrays)
 
 
 # --- fresh inputs -------------------------------------------------------------------------------------------
@@ -270,13 +314,13 @@ def _mlm_invariants(rng):
             _mlm_case(big, big_special, vocab, float(rng.uniform(0.1, 0.6)), note="a random batch and mask_prob")]
 
 
-REPEATED, RESEEDED, LOW_IDS, TINY_VOCAB = 3, 4, 5, 6  # positions of the special cases of _mlm_statistics
+REPEATED, RESEEDED, LOW_IDS, TINY_VOCAB, SPREAD = 3, 4, 5, 6, 7  # positions of the special cases of _mlm_statistics
 
 
 def _mlm_statistics(rng):
     # about 86,000 non-special tokens per case: 13,000 selected at 15%, a bound of about 3% on the 80/10/10 rates
     cases = []
-    seeds = rng.choice(2**31, size=5, replace=False)
+    seeds = rng.choice(2**31, size=5 + SPREAD_CALLS, replace=False)
     for seed, (vocab, mask_prob) in zip(seeds, ((30522, 0.15), (int(rng.integers(1000, 50000)), 0.15),
                                                 (int(rng.integers(1000, 50000)), float(rng.uniform(0.25, 0.5))))):
         ids, special = _bert_batch(rng, 192, 512, vocab, 128)
@@ -291,6 +335,10 @@ def _mlm_statistics(rng):
     tiny = rng.integers(0, 2, size=(192, 512))  # TINY_VOCAB: ids 0 and 1, mask_id 2, vocab_size 3
     cases.append(_mlm_case(tiny, np.zeros(tiny.shape, dtype=bool), 3, 0.5, int(rng.integers(2**31)), mask_id=2,
                            note="vocabulary 3: a random id may be the original"))
+    for seed in seeds[5:]:  # SPREAD: the counts' spread over many calls
+        cases.append(_mlm_case(rng.integers(FIRST_WORD, 30522, size=SPREAD_LENGTH),
+                               np.zeros(SPREAD_LENGTH, dtype=bool), 30522, SPREAD_PROB, seed,
+                               note=f"one of {SPREAD_CALLS} calls on {SPREAD_LENGTH} tokens"))
     return cases
 
 
@@ -420,3 +468,91 @@ CHECKS = {
     "test_best_span_ties": Check("best_span", _best_span_ties, ref_best_span, rtol=0, atol=0,
                                  returns=("start", "end")),
 }
+
+
+def _prob(case) -> float:
+    return case.kwargs["mask_prob"]
+
+
+def _noise_float32(case) -> float:
+    length, density = case.args[0], case.args[1] if len(case.args) > 1 else 0.15
+    return float(np.float32(length) * np.float32(density))
+
+
+def _is_half(x: float) -> bool:
+    return x % 1 == 0.5
+
+
+def _valid_spans(case) -> list[tuple[float, int, int]]:
+    """(score, start, end) of every allowed span of a best_span case: start <= end < start + max_answer_len."""
+    start, end, longest = case.args
+    return [(start[i] + end[j], i, j) for i in range(len(start)) for j in range(i, min(len(end), i + longest))]
+
+
+def _overall_best(case) -> tuple[int, int]:
+    start, end, _ = case.args
+    scores = np.add.outer(start, end)
+    return np.unravel_index(np.argmax(scores), scores.shape)
+
+
+def _tie(case) -> bool:
+    scores = [score for score, _, _ in _valid_spans(case)]
+    return scores.count(max(scores)) > 1
+
+
+# Failure classes: every draw of the hidden cases meets each one (tests/test_failure_classes.py).
+FAILURE_CLASSES = [
+    FailureClass("MLM: mask_prob 1 (every non-special token)", "test_mlm_invariants", lambda case: _prob(case) == 1),
+    FailureClass("MLM: mask_prob 0", "test_mlm_invariants", lambda case: _prob(case) == 0),
+    FailureClass("MLM: ids of shape (T,)", "test_mlm_invariants", lambda case: case.args[0].ndim == 1),
+    FailureClass("MLM: special tokens among the words (not only at the ends)", "test_mlm_invariants",
+                 lambda case: case.args[3].mean() > 0.3 and 0 < _prob(case) < 1),
+    FailureClass("MLM: rates on many tokens at 15%", "test_mlm_statistics",
+                 lambda case: _prob(case) == 0.15 and (~case.args[3]).sum() >= 60000),
+    FailureClass("MLM: rates at another mask_prob", "test_mlm_statistics",
+                 lambda case: _prob(case) > 0.2 and (~case.args[3]).sum() >= 60000),
+    FailureClass("MLM: a small vocabulary (random ids cover all of it)", "test_mlm_statistics",
+                 lambda case: 3 < case.args[2] < 2000 and case.args[0][~case.args[3]].min() >= case.args[2] // 2),
+    FailureClass("MLM: vocabulary 3 (a random id may be the original)", "test_mlm_statistics",
+                 lambda case: case.args[2] == 3),
+    FailureClass("MLM: many small calls (the counts' spread)", "test_mlm_statistics",
+                 lambda case: case.args[0].shape == (SPREAD_LENGTH,) and _prob(case) == SPREAD_PROB),
+    FailureClass("MLM loss: the worked example", "test_mlm_loss",
+                 lambda case: case.args[0].ndim == 2 and (case.args[1] == IGNORE).any()),
+    FailureClass("MLM loss: logits (B, T, V) with labels -100", "test_mlm_loss",
+                 lambda case: case.args[0].ndim == 3 and (case.args[1] == IGNORE).any()),
+    FailureClass("MLM loss: logits of +-1000 (exp overflows without a shift)", "test_mlm_loss_large_logits",
+                 lambda case: np.abs(case.args[0]).max() >= 700),
+    FailureClass("T5 counts: a noise count that is an exact half (half to even)", "test_t5_counts",
+                 lambda case: _is_half(_noise_float32(case))),
+    FailureClass("T5 counts: float32 and float64 round differently", "test_t5_counts",
+                 lambda case: np.round(_noise_float32(case)) != np.round(case.args[0] * case.args[1])),
+    FailureClass("T5 counts: a fraction above one half (round, not floor)", "test_t5_counts",
+                 lambda case: _noise_float32(case) % 1 > 0.5),
+    FailureClass("T5 counts: a span count that is an exact half", "test_t5_counts",
+                 lambda case: _is_half(float(np.float32(ref_t5_counts(*case.args)[0]) / np.float32(case.args[2])))),
+    FailureClass("T5 clipping: no noise token before clipping", "test_t5_counts_clipping",
+                 lambda case: np.round(_noise_float32(case)) == 0),
+    FailureClass("T5 clipping: every token noise before clipping", "test_t5_counts_clipping",
+                 lambda case: np.round(_noise_float32(case)) >= case.args[0]),
+    FailureClass("T5 clipping: no span before clipping", "test_t5_counts_clipping",
+                 lambda case: np.round(np.float32(ref_t5_counts(*case.args)[0]) / np.float32(case.args[2])) == 0),
+    FailureClass("T5 format: several spans, some longer than one token", "test_t5_corruption",
+                 lambda case: np.diff(case.args[1].astype(int)).clip(0).sum() >= 2
+                 and (case.args[1][1:] & case.args[1][:-1]).any()),
+    FailureClass("T5 format: noise at the first token", "test_t5_corruption_edges", lambda case: case.args[1][0]),
+    FailureClass("T5 format: noise at the last token", "test_t5_corruption_edges", lambda case: case.args[1][-1]),
+    FailureClass("T5 format: no noise at all", "test_t5_corruption_edges", lambda case: not case.args[1].any()),
+    FailureClass("best span: the best pair has the end before the start", "test_best_span",
+                 lambda case: _overall_best(case)[1] < _overall_best(case)[0]),
+    FailureClass("best span: the best pair is one token too long", "test_best_span",
+                 lambda case: _overall_best(case)[1] - _overall_best(case)[0] == case.args[2]),
+    FailureClass("best span: max_answer_len 1", "test_best_span", lambda case: case.args[2] == 1),
+    FailureClass("best span: max_answer_len longer than the sequence", "test_best_span",
+                 lambda case: case.args[2] > len(case.args[0])),
+    FailureClass("best span: question tokens at -inf", "test_best_span", lambda case: np.isinf(case.args[0]).any()),
+    FailureClass("best span ties: several best spans", "test_best_span_ties", _tie),
+    FailureClass("best span ties: a tie of one-token spans", "test_best_span_ties",
+                 lambda case: sum(1 for score, i, j in _valid_spans(case)
+                                  if i == j and score == max(s for s, _, _ in _valid_spans(case))) > 1),
+]

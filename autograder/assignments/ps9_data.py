@@ -32,10 +32,11 @@ The MinHash signature is graded by its statistics, not its values (students choo
 from __future__ import annotations
 
 import hashlib
+import re
 
 import numpy as np
 
-from autograder.checks import Case, Check
+from autograder.checks import Case, Check, FailureClass
 from llmarch.webdata import band_errors, c4_line_filter, choose_bands, jaccard, lsh_probability, redact_pii, shingles
 
 NOTEBOOK = "ps9-data.ipynb"
@@ -571,3 +572,113 @@ CHECKS = {
     "test_pii_phone": Check("redact_pii", _pii_phone, ref_redact_pii, output="data"),
     "test_pii_numbers": Check("redact_pii", _pii_numbers, ref_redact_pii, output="data"),
 }
+
+
+def _text(case) -> str:
+    return case.args[0]
+
+
+def _k(case, default=5) -> int:
+    return case.args[1] if len(case.args) > 1 else case.kwargs.get("ngram", default)
+
+
+def _dotted(case, parts: int) -> list[list[int]]:
+    """The runs of ``parts`` or more dot-separated numbers in the case's text, as lists of ints."""
+    return [[int(n) for n in m.split(".")] for m in re.findall(rf"\d+(?:\.\d+){{{parts - 1},}}", _text(case))]
+
+
+# Failure classes: every draw of the hidden cases meets each one (tests/test_failure_classes.py).
+FAILURE_CLASSES = [
+    FailureClass("shingles: punctuation and capitals", "test_shingles",
+                 lambda case: any(c.isupper() for c in _text(case)) and any(c in ",.!;:" for c in _text(case))),
+    FailureClass("shingles: an apostrophe, a digit and an underscore", "test_shingles",
+                 lambda case: all(any(c in chars for c in _text(case)) for chars in ("'", "0123456789", "_"))),
+    FailureClass("shingles: repeated words (a set, not a list)", "test_shingles",
+                 lambda case: len(set(_text(case).lower().split())) < len(_text(case).split())),
+    FailureClass("shingles: the default k", "test_shingles", lambda case: len(case.args) == 1 and not case.kwargs),
+    FailureClass("shingles: k other than 5", "test_shingles", lambda case: _k(case) != 5),
+    FailureClass("short shingles: fewer words than k", "test_shingles_short",
+                 lambda case: 0 < len(re.findall(r"\w+", _text(case))) < _k(case)),
+    FailureClass("short shingles: exactly k words", "test_shingles_short",
+                 lambda case: len(re.findall(r"[\w']+", _text(case))) == _k(case)),
+    FailureClass("short shingles: no word at all", "test_shingles_short",
+                 lambda case: not re.search(r"\w", _text(case))),
+    FailureClass("Jaccard: two empty lists", "test_jaccard", lambda case: not case.args[0] and not case.args[1]),
+    FailureClass("Jaccard: one empty list", "test_jaccard", lambda case: bool(case.args[0]) != bool(case.args[1])),
+    FailureClass("Jaccard: repeated items", "test_jaccard",
+                 lambda case: any(len(set(a)) < len(a) for a in case.args)),
+    FailureClass("Jaccard: disjoint lists", "test_jaccard",
+                 lambda case: case.args[0] and case.args[1] and not set(case.args[0]) & set(case.args[1])),
+    FailureClass("MinHash: the empty set", "test_minhash_signature", lambda case: not case.args[0]),
+    FailureClass("MinHash: one hash function", "test_minhash_signature",
+                 lambda case: len(case.args) > 1 and case.args[1] == 1),
+    FailureClass("MinHash: the seed by keyword", "test_minhash_signature", lambda case: "seed" in case.kwargs),
+    FailureClass("MinHash: the defaults", "test_minhash_signature",
+                 lambda case: len(case.args) == 1 and not case.kwargs),
+    FailureClass("MinHash: more hash functions than items", "test_minhash_signature",
+                 lambda case: len(case.args) > 1 and case.args[1] > len(case.args[0]) > 0),
+    FailureClass("MinHash: one item (the affine family)", "test_minhash_signature",
+                 lambda case: len(case.args[0]) == 1),
+    FailureClass("MinHash collisions: large sets under 128 hash functions", "test_minhash_collisions",
+                 lambda case: len(case.args[0]) >= 40 and case.args[1] == NUM_PERM),
+    FailureClass("MinHash collisions: small sets (dependent hash functions show)", "test_minhash_collisions",
+                 lambda case: len(case.args[0]) <= 20),
+    FailureClass("LSH: a scalar similarity", "test_lsh_probability", lambda case: np.ndim(case.args[0]) == 0),
+    FailureClass("LSH: similarities 0 and 1", "test_lsh_probability",
+                 lambda case: np.ndim(case.args[0]) == 1 and {0.0, 1.0} <= set(np.asarray(case.args[0]).tolist())),
+    FailureClass("LSH: several bands of several rows", "test_lsh_probability",
+                 lambda case: case.args[1] > 1 and case.args[2] > 1),
+    FailureClass("bands: num_perm by keyword", "test_choose_bands", lambda case: "num_perm" in case.kwargs),
+    FailureClass("bands: num_perm other than 128", "test_choose_bands",
+                 lambda case: len(case.args) > 1 and case.args[1] != 128),
+    FailureClass("C4: no terminal punctuation", "test_c4_line",
+                 lambda case: not _text(case).rstrip().endswith((".", "!", "?", '"'))),
+    FailureClass("C4: a closing quotation mark", "test_c4_line", lambda case: _text(case).endswith('."')),
+    FailureClass("C4: an ellipsis", "test_c4_line", lambda case: _text(case).endswith("...")),
+    FailureClass("C4: javascript", "test_c4_line", lambda case: "javascript" in _text(case).lower()),
+    FailureClass("C4: a policy phrase", "test_c4_line",
+                 lambda case: any(p in _text(case).lower() for p in ("terms of use", "privacy policy", "cookie"))),
+    FailureClass("C4: lorem ipsum", "test_c4_line", lambda case: "lorem ipsum" in _text(case).lower()),
+    FailureClass("C4: a curly bracket", "test_c4_line", lambda case: "{" in _text(case)),
+    FailureClass("C4: exactly min_words_per_line words", "test_c4_line",
+                 lambda case: len(_text(case).split()) == (case.args[1] if len(case.args) > 1
+                                                           else case.kwargs.get("min_words_per_line", 5))),
+    FailureClass("C4: min_words_per_line by position", "test_c4_line", lambda case: len(case.args) > 1),
+    FailureClass("C4 cleaning: a citation marker", "test_c4_line_cleaning", lambda case: "[" in _text(case)),
+    FailureClass("C4 cleaning: whitespace around the line", "test_c4_line_cleaning",
+                 lambda case: _text(case) != _text(case).strip()),
+    FailureClass("C4 cleaning: a word of more than 1000 characters", "test_c4_line_cleaning",
+                 lambda case: max(map(len, _text(case).split()), default=0) > 1000),
+    FailureClass("C4 cleaning: javascript and another rule at once", "test_c4_line_cleaning",
+                 lambda case: "javascript" in _text(case).lower() and ("{" in _text(case)
+                                                                       or "lorem" in _text(case).lower()
+                                                                       or "policy" in _text(case).lower())),
+    FailureClass("PII: an e-mail address with + and a subdomain", "test_pii_email_ip",
+                 lambda case: re.search(r"\+\w*@\w+\.\w+\.", _text(case)) is not None),
+    FailureClass("PII: an IPv4 address", "test_pii_email_ip",
+                 lambda case: any(len(d) == 4 and max(d) <= 255 for d in _dotted(case, 4))),
+    FailureClass("PII: a dotted number above 255", "test_pii_email_ip",
+                 lambda case: any(len(d) == 4 and max(d) > 255 for d in _dotted(case, 4))),
+    FailureClass("PII: five dotted numbers", "test_pii_email_ip", lambda case: bool(_dotted(case, 5))),
+    FailureClass("PII: a dotted quad inside a word", "test_pii_email_ip",
+                 lambda case: re.search(r"[A-Za-z]\d+(\.\d+){3}|\d+(\.\d+){3}[A-Za-z]", _text(case)) is not None),
+    FailureClass("PII: a number with a leading zero", "test_pii_email_ip",
+                 lambda case: re.search(r"(?<![\d.])0\d+(\.\d+){3}", _text(case)) is not None),
+    FailureClass("phone: a North American number in brackets", "test_pii_phone",
+                 lambda case: re.search(r"\(\d{3}\) \d{3}-\d{4}", _text(case)) is not None),
+    FailureClass("phone: a North American number with dots", "test_pii_phone",
+                 lambda case: re.search(r"\d{3}\.\d{3}\.\d{4}", _text(case)) is not None),
+    FailureClass("phone: an international number", "test_pii_phone",
+                 lambda case: re.search(r"\+(?!1 )\d{1,3}[ -]\d", _text(case)) is not None),
+    FailureClass("phone: a leading 1-", "test_pii_phone",
+                 lambda case: re.search(r"\b1-\d{3}-", _text(case)) is not None),
+    FailureClass("phone: a number at the end of the text", "test_pii_phone", lambda case: _text(case)[-1].isdigit()),
+    FailureClass("numbers: a version number", "test_pii_numbers", lambda case: bool(_dotted(case, 3))),
+    FailureClass("numbers: a date", "test_pii_numbers",
+                 lambda case: re.search(r"\d{4}-\d\d-\d\d", _text(case)) is not None),
+    FailureClass("numbers: an ISBN", "test_pii_numbers", lambda case: "ISBN" in _text(case)),
+    FailureClass("numbers: a run of ten digits", "test_pii_numbers",
+                 lambda case: re.search(r"\d{10}", _text(case)) is not None),
+    FailureClass("numbers: thousands separators", "test_pii_numbers",
+                 lambda case: re.search(r"\d,\d{3}", _text(case)) is not None),
+]
