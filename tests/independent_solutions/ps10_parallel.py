@@ -1,78 +1,85 @@
-"""ps10-parallel answered from the notebook's text alone (tests/test_independent_solutions.py): each collective
-simulates the ring with explicit per-rank message lists, the loss scale keeps its state in a dict."""
-
+"""An independent solution of ps10-parallel: written from the release notebook's text alone."""
 ANSWERS = {
-    "ring_reduce_scatter": '''
-def ring_reduce_scatter(buffers):
-    state = [np.array(row, dtype=float) for row in np.asarray(buffers)]
-    world = len(state)
-    chunks = chunk_slices(state[0].size, world) if world else []
-    for s in range(world - 1):
-        messages = {(r + 1) % world: ((r - s) % world, state[r][chunks[(r - s) % world]].copy())
-                    for r in range(world)}
-        for receiver, (chunk, data) in messages.items():
-            state[receiver][chunks[chunk]] = state[receiver][chunks[chunk]] + data
-    return np.stack(state)
+    "ring_reduce_scatter": '''def ring_reduce_scatter(buffers):
+    """(N, n) -> (N, n): in step s = 0..N-2 rank r sends chunk (r - s) % N to rank (r + 1) % N, which adds it."""
+    state = np.array(buffers, dtype=np.float64, copy=True)
+    world = state.shape[0]
+    chunks = chunk_slices(state.shape[1], world)
+    for step in range(world - 1):
+        messages = [state[r, chunks[(r - step) % world]].copy() for r in range(world)]  # all ranks send at once
+        for sender, message in enumerate(messages):
+            state[(sender + 1) % world, chunks[(sender - step) % world]] += message
+    return state
 ''',
-    "ring_all_gather": '''
-def ring_all_gather(buffers):
-    state = [np.array(row, dtype=float) for row in np.asarray(buffers)]
-    world = len(state)
-    chunks = chunk_slices(state[0].size, world) if world else []
-    for s in range(world - 1):
-        messages = {(r + 1) % world: ((r + 1 - s) % world, state[r][chunks[(r + 1 - s) % world]].copy())
-                    for r in range(world)}
-        for receiver, (chunk, data) in messages.items():
-            state[receiver][chunks[chunk]] = data
-    return np.stack(state)
+    "ring_all_gather": '''def ring_all_gather(buffers):
+    """(N, n) -> (N, n): rank r owns chunk (r + 1) % N; in step s it sends chunk (r + 1 - s) % N to rank
+    (r + 1) % N, which overwrites its copy."""
+    state = np.array(buffers, dtype=np.float64, copy=True)
+    world = state.shape[0]
+    chunks = chunk_slices(state.shape[1], world)
+    for step in range(world - 1):
+        messages = [state[r, chunks[(r + 1 - step) % world]].copy() for r in range(world)]
+        for sender, message in enumerate(messages):
+            state[(sender + 1) % world, chunks[(sender + 1 - step) % world]] = message
+    return state
 ''',
-    "ring_all_reduce": '''
-def ring_all_reduce(buffers):
+    "ring_all_reduce": '''def ring_all_reduce(buffers):
+    """(N, n) -> (N, n): reduce-scatter, then all-gather; every row becomes the sum of the rows."""
     return ring_all_gather(ring_reduce_scatter(buffers))
 ''',
-    "ring_bytes_sent": '''
-def ring_bytes_sent(n_bytes, world_size, op):
-    passes = {"reduce_scatter": 1, "all_gather": 1, "all_reduce": 2}[op]
-    return float(passes * (world_size - 1) * (n_bytes / world_size))
+    "ring_bytes_sent": '''def ring_bytes_sent(n_bytes, world_size, op):
+    """Bytes each rank sends in a ring reduce_scatter, all_gather or all_reduce of an n_bytes message."""
+    phases = {"reduce_scatter": 1, "all_gather": 1, "all_reduce": 2}[op]
+    chunk = n_bytes / world_size
+    return float(phases * (world_size - 1) * chunk)
 ''',
-    "zero_memory": '''
-def zero_memory(n_params, world_size, stage, k=12):
-    divided = {0: (1, 1, 1), 1: (1, 1, world_size), 2: (1, world_size, world_size),
-               3: (world_size, world_size, world_size)}[stage]
-    return float(sum(size * n_params / d for size, d in zip((2, 2, k), divided)))
+    "zero_memory": '''def zero_memory(n_params, world_size, stage, k=12):
+    """Bytes per GPU of 16-bit weights, 16-bit gradients and k bytes of optimiser state per parameter under ZeRO
+    stage 0, 1, 2 or 3 on world_size GPUs."""
+    weights, gradients, optimiser = 2.0 * n_params, 2.0 * n_params, float(k) * n_params
+    if stage >= 1:
+        optimiser /= world_size
+    if stage >= 2:
+        gradients /= world_size
+    if stage >= 3:
+        weights /= world_size
+    return float(weights + gradients + optimiser)
 ''',
-    "gpipe_schedule": '''
-def gpipe_schedule(p, m):
+    "gpipe_schedule": '''def gpipe_schedule(p, m):
+    """(p, 2 (m + p - 1)) int array: i + 1 for the forward of micro-batch i, -(i + 1) for its backward, 0 idle."""
     slots = 2 * (m + p - 1)
     grid = np.zeros((p, slots), dtype=np.int64)
     for stage in range(p):
-        grid[stage, stage:stage + m] = np.arange(1, m + 1)
-        first_backward = (m + p - 1) + (p - 1 - stage)
-        grid[stage, first_backward:first_backward + m] = -np.arange(1, m + 1)
+        for i in range(m):
+            grid[stage, stage + i] = i + 1
+            grid[stage, (m + p - 1) + (p - 1 - stage) + i] = -(i + 1)
     return grid
 ''',
-    "pipeline_bubble": '''
-def pipeline_bubble(schedule):
-    grid = np.asarray(schedule)
-    working_columns = [t for t in range(grid.shape[1]) if np.any(grid[:, t] != 0)]
-    if not working_columns:
+    "pipeline_bubble": '''def pipeline_bubble(schedule):
+    """Idle fraction of a (p, T) schedule (0 = idle) over slots 0 .. last slot in which any stage works."""
+    busy = np.asarray(schedule) != 0
+    working_slots = np.flatnonzero(busy.any(axis=0))
+    if working_slots.size == 0:
         return 0.0
-    span = grid[:, : working_columns[-1] + 1]
-    return float(np.count_nonzero(span == 0) / span.size)
+    span = busy[:, :working_slots[-1] + 1]
+    return float(1.0 - span.sum() / span.size)
 ''',
-    "loss_scale_trace": '''
-def loss_scale_trace(overflows, init_scale=65536.0, growth_factor=2.0, backoff_factor=0.5, growth_interval=2000):
-    state = {"scale": float(init_scale), "clean": 0}
+    "loss_scale_trace": '''def loss_scale_trace(overflows, init_scale=65536.0, growth_factor=2.0, backoff_factor=0.5, growth_interval=2000):
+    """(scales, taken): the scale used in each step and whether the step was taken."""
+    scale, clean = float(init_scale), 0
     scales, taken = [], []
-    for overflow in list(overflows):
-        scales.append(state["scale"])
-        taken.append(not bool(overflow))
+    for overflow in overflows:
+        scales.append(scale)
         if overflow:
-            state["scale"], state["clean"] = state["scale"] * backoff_factor, 0
-            continue
-        state["clean"] += 1
-        if state["clean"] >= growth_interval:
-            state["scale"], state["clean"] = state["scale"] * growth_factor, 0
-    return np.asarray(scales, dtype=float), np.asarray(taken, dtype=bool)
+            taken.append(False)
+            scale *= backoff_factor
+            clean = 0
+        else:
+            taken.append(True)
+            clean += 1
+            if clean == growth_interval:
+                scale *= growth_factor
+                clean = 0
+    return np.array(scales, dtype=np.float64), np.array(taken, dtype=bool)
 ''',
 }

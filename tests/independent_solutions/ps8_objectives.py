@@ -1,69 +1,79 @@
-"""ps8-objectives answered from the notebook's text alone (tests/test_independent_solutions.py): the mask draws
-its random numbers in another order than the solution (the fate first, then the selection, one token axis flat),
-the loss uses logsumexp by hand, the span corruption walks over runs."""
-
+"""An independent solution of ps8-objectives: written from the release notebook's text alone."""
 ANSWERS = {
-    "mlm_mask": '''
-def mlm_mask(ids, mask_id, vocab_size, special_mask, mask_prob=0.15, rng=None):
-    rng = np.random.default_rng() if rng is None else rng
+    "mlm_mask": '''def mlm_mask(ids, mask_id, vocab_size, special_mask, mask_prob=0.15, rng=None):
+    """ids (...) integers, special_mask (...) bool -> (inputs, labels), both shaped like ids. Each non-special
+    token is selected with probability mask_prob; a selected token becomes mask_id (80%), a uniform random id in
+    [0, vocab_size) (10%) or stays (10%); labels = ids where selected, -100 elsewhere."""
+    if rng is None:
+        rng = np.random.default_rng()
     ids = np.asarray(ids)
-    flat = ids.reshape(-1).copy()
-    fate = rng.random(flat.size)
-    replacement = rng.integers(0, vocab_size, size=flat.size)
-    chosen = (rng.random(flat.size) < mask_prob) & ~np.asarray(special_mask, dtype=bool).reshape(-1)
-    labels = np.full(flat.size, -100, dtype=np.int64)
-    labels[chosen] = flat[chosen]
-    flat[chosen & (fate < 0.8)] = mask_id
-    swap = chosen & (fate >= 0.8) & (fate < 0.9)
-    flat[swap] = replacement[swap]
-    return flat.reshape(ids.shape), labels.reshape(ids.shape)
+    special = np.asarray(special_mask, dtype=bool)
+    selected = (rng.random(ids.shape) < mask_prob) & ~special
+    labels = np.full(ids.shape, -100, dtype=np.int64)
+    labels[selected] = ids[selected]
+    action = rng.random(ids.shape)                 # < 0.8: [MASK]; 0.8 .. 0.9: random id; >= 0.9: kept
+    random_ids = rng.integers(0, vocab_size, size=ids.shape)
+    inputs = np.array(ids, dtype=np.int64, copy=True)
+    inputs[selected & (action < 0.8)] = mask_id
+    replace = selected & (action >= 0.8) & (action < 0.9)
+    inputs[replace] = random_ids[replace]
+    return inputs, labels
 ''',
-    "mlm_loss": '''
-def mlm_loss(logits, labels):
-    logits = np.asarray(logits, dtype=float)
-    labels = np.asarray(labels).reshape(-1)
-    rows = logits.reshape(-1, logits.shape[-1])
-    keep = labels != -100
-    rows, targets = rows[keep], labels[keep]
-    top = rows.max(axis=1)
-    log_norm = top + np.log(np.sum(np.exp(rows - top[:, None]), axis=1))
-    return float(np.mean(log_norm - rows[np.arange(len(rows)), targets]))
+    "mlm_loss": '''def mlm_loss(logits, labels):
+    """logits (..., V), labels (...) with -100 at unselected positions -> the mean cross-entropy over the
+    selected positions (a float)."""
+    logits = np.asarray(logits, dtype=np.float64)
+    labels = np.asarray(labels)
+    flat_logits = logits.reshape(-1, logits.shape[-1])
+    flat_labels = labels.reshape(-1)
+    total, count = 0.0, 0
+    for row, label in zip(flat_logits, flat_labels):
+        if label == -100:
+            continue
+        top = row.max()
+        total += top + np.log(np.sum(np.exp(row - top))) - row[label]
+        count += 1
+    return float(total / count)
 ''',
-    "t5_span_counts": '''
-def t5_span_counts(length, noise_density=0.15, mean_span_length=3.0):
-    noise = int(np.round(np.float32(length) * np.float32(noise_density)))
-    noise = int(np.clip(noise, 1, length - 1))
-    spans = int(np.round(np.float32(noise) / np.float32(mean_span_length)))
-    return noise, max(1, spans)
+    "t5_span_counts": '''def t5_span_counts(length, noise_density=0.15, mean_span_length=3.0):
+    """(n_noise, n_spans) of T5's random_spans_noise_mask: float32 arithmetic, round half to even,
+    n_noise clipped to [1, length - 1], n_spans at least 1."""
+    n_noise = int(np.round(np.float32(length) * np.float32(noise_density)))
+    n_noise = min(max(n_noise, 1), length - 1)
+    n_spans = int(np.round(np.float32(n_noise) / np.float32(mean_span_length)))
+    return n_noise, max(n_spans, 1)
 ''',
-    "t5_span_corruption": '''
-def t5_span_corruption(ids, noise_mask, sentinel_ids):
-    ids, noise = list(np.asarray(ids)), [bool(x) for x in np.asarray(noise_mask)]
-    runs, start = [], 0
-    for i in range(1, len(ids) + 1):
-        if i == len(ids) or noise[i] != noise[start]:
-            runs.append((noise[start], ids[start:i]))
-            start = i
-    inputs, targets, span = [], [], 0
-    for is_noise, tokens in runs:
-        if is_noise:
-            inputs.append(sentinel_ids[span])
-            targets += [sentinel_ids[span]] + tokens
-            span += 1
+    "t5_span_corruption": '''def t5_span_corruption(ids, noise_mask, sentinel_ids):
+    """ids (L,), noise_mask (L,) bool -> (inputs, targets): noise span k becomes sentinel_ids[k] in inputs;
+    targets = sentinel_ids[k] + span k for every span, then a closing sentinel if the last token is not noise."""
+    inputs, targets = [], []
+    span = 0
+    previous_noise = False
+    for token, noise in zip(ids, noise_mask):
+        token, noise = int(token), bool(noise)
+        if noise:
+            if not previous_noise:
+                inputs.append(int(sentinel_ids[span]))
+                targets.append(int(sentinel_ids[span]))
+                span += 1
+            targets.append(token)
         else:
-            inputs += tokens
-    if runs and not runs[-1][0]:
-        targets.append(sentinel_ids[span])
+            inputs.append(token)
+        previous_noise = noise
+    if len(ids) and not bool(noise_mask[-1]):
+        targets.append(int(sentinel_ids[span]))
     return np.array(inputs, dtype=np.int64), np.array(targets, dtype=np.int64)
 ''',
-    "best_span": '''
-def best_span(start_logits, end_logits, max_answer_len):
-    a, b = np.asarray(start_logits, dtype=float), np.asarray(end_logits, dtype=float)
-    best, answer = None, (0, 0)
-    for s in range(len(a)):
-        for e in range(s, min(len(b), s + max_answer_len)):
-            if best is None or a[s] + b[e] > best:
-                best, answer = a[s] + b[e], (s, e)
-    return answer
+    "best_span": '''def best_span(start_logits, end_logits, max_answer_len):
+    """argmax of start_logits[s] + end_logits[e] over s <= e < s + max_answer_len -> (s, e); ties go to the
+    smallest s, then the smallest e."""
+    T = len(start_logits)
+    best, best_score = None, None
+    for s in range(T):
+        for e in range(s, min(T, s + max_answer_len)):
+            score = float(start_logits[s]) + float(end_logits[e])
+            if best is None or score > best_score:
+                best, best_score = (s, e), score
+    return best
 ''',
 }
