@@ -17,7 +17,11 @@ DRAWS = range(20)
 # ps6's two fit checks: their classes are told apart by the reference fit itself (about 1 s a case), and their
 # cases have one fixed shape; 3 draws, as the variant suites' SEEDS_OF gives them.
 DRAWS_OF = {"test_fit_exact": range(3), "test_fit_noisy": range(3)}
-WITH_TABLES = [a for a in sorted(assignments.ASSIGNMENTS) if hasattr(assignments.load(a), "FAILURE_CLASSES")]
+WITH_TABLES = sorted(assignments.ASSIGNMENTS)  # every problem set has its table
+
+
+def test_every_problem_set_has_a_failure_class_table():
+    assert [a for a in WITH_TABLES if not hasattr(assignments.load(a), "FAILURE_CLASSES")] == []
 
 
 @pytest.mark.parametrize("assignment", WITH_TABLES)

@@ -31,16 +31,23 @@ HERE = Path(__file__).resolve().parent / "independent_solutions"
 CAPSTONES = (PS11, PS12)  # their own harnesses: tests/test_wrong_variants_capstones.py and _flash.py
 
 
+def _answers_path(assignment: str) -> Path:
+    return HERE / f"{assignments.ASSIGNMENTS[assignment].rsplit('.', 1)[1]}.py"
+
+
 def independent_answers(assignment: str) -> dict[str, str]:
-    path = HERE / f"{assignments.ASSIGNMENTS[assignment].rsplit('.', 1)[1]}.py"
+    path = _answers_path(assignment)
     spec = importlib.util.spec_from_file_location(f"independent_{path.stem}", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module.ANSWERS
 
 
-WRITTEN = [a for a in sorted(assignments.ASSIGNMENTS) if a not in CAPSTONES
-           and (HERE / f"{assignments.ASSIGNMENTS[a].rsplit('.', 1)[1]}.py").exists()]
+WRITTEN = [a for a in sorted(assignments.ASSIGNMENTS) if a not in CAPSTONES]
+
+
+def test_every_problem_set_has_an_independent_solution():
+    assert [a for a in assignments.ASSIGNMENTS if not _answers_path(a).exists()] == []
 
 
 @pytest.mark.parametrize("assignment", WRITTEN)

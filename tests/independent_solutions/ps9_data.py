@@ -78,7 +78,8 @@ ANSWERS = {
 ''',
     "redact_pii": '''_EMAIL = re.compile(r"[A-Za-z0-9][A-Za-z0-9._%+-]*@(?:[A-Za-z0-9-]+\\.)+[A-Za-z]{2,}")
 _OCTET = r"(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9][0-9]|[0-9])"
-_IPV4 = re.compile(rf"(?<![0-9])(?<![0-9]\\.){_OCTET}(?:\\.{_OCTET}){{3}}(?![0-9])(?!\\.[0-9])")
+# the text: not after a letter, digit, _ or '.'; not followed by a letter, digit, _, or '.' and a digit
+_IPV4 = re.compile(rf"(?<![\\w.]){_OCTET}(?:\\.{_OCTET}){{3}}(?!\\w)(?!\\.[0-9])")
 _NUMBER_END = r"(?!\\w)(?![.-][0-9])"
 _NORTH_AMERICAN = re.compile(r"(?<![^\\W_])(?<![+.-])(?:1-)?"
                              r"(?:\\([0-9]{3}\\) ?[0-9]{3}[ .-][0-9]{4}|[0-9]{3}([ .-])[0-9]{3}\\1[0-9]{4})" + _NUMBER_END)
