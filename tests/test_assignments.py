@@ -151,7 +151,7 @@ def test_ps9_minhash_thresholds_fail_an_honest_solution_with_probability_below_1
 
     import numpy as np
 
-    from autograder.assignments import ps9_pii_texts as m
+    from autograder.assignments import ps9_data as m
 
     n, pairs, bias = m.NUM_PERM, m.COLLISION_PAIRS, 0.003
     trials = n * (pairs + 1)  # the random pairs and the disjoint pair
@@ -187,7 +187,7 @@ def test_ps9_collision_verdict_accepts_other_honest_hash_functions_and_rejects_a
 
     import numpy as np
 
-    from autograder.assignments import ps9_pii_texts as m
+    from autograder.assignments import ps9_data as m
 
     def blake_signature(items, num_perm=128, seed=0):
         if not items:
