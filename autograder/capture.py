@@ -42,7 +42,7 @@ import traceback
 
 import numpy as np
 
-OUTPUTS = "/submission/.grader-outputs"
+OUTPUTS = "/submission/.grader-outputs"  # runner.OUTPUTS, in the notebook's folder
 
 
 def _softmax_rows(scores):

@@ -48,6 +48,7 @@ from autograder.checks import CheckResult, captured_files, expected_results, jud
 from autograder.intake import MAX_SIBLING_BYTES, Loaded, Submission, load
 from autograder.notebooks import InvalidNotebook, Prepared, Template, parse_notebook, prepare
 from autograder.sandbox import Limits, SandboxResult, read_result_file, run_sandboxed, work_folder
+from autograder.runner import outputs_digest
 from autograder.sandbox.removal import _remove_tree as remove_tree  # whatever the notebook left: a file, a link, a tree
 
 PACKAGE = Path(__file__).resolve().parent
@@ -257,9 +258,20 @@ class Phase1Result:
     expected: dict = field(default_factory=dict)  # grade_id -> the reference's answers
     run: SandboxResult | None = None
     files: dict[str, bytes] = field(default_factory=dict)  # the captured results that judge() reads
+    altered: list[str] = field(default_factory=list)  # checks whose results changed after their test cell
     cells: list[dict] = field(default_factory=list)  # the runner's record (untrusted)
     information: list[str] = field(default_factory=list)  # SubmissionResult.information
     seconds: float = 0.0
+
+
+def _sealed(files: dict[str, bytes], workdir: Path, seals: dict[str, str]) -> tuple[dict[str, bytes], list[str]]:
+    """The captured files that count, and the checks whose results changed after their test cell: a check's files
+    count only when the supervisor sealed them right after its test cell (``runner.outputs_digest``, sent on the
+    heartbeat) and they are unchanged; a check never sealed (its cell did not run) has no result."""
+    altered = sorted(gid for gid, digest in seals.items() if outputs_digest(workdir, gid) != digest)
+    kept = {name: data for name, data in files.items()
+            if name.split("/")[1] in seals and name.split("/")[1] not in altered}
+    return kept, altered
 
 
 def _collect(workdir: Path, names: dict[str, int]) -> dict[str, bytes]:
@@ -323,11 +335,12 @@ def _phase1(assignment: str, student: str, loaded: Loaded, options: Options) -> 
         )
         names = {name: limit for gid, check in checks.items()
                  for name, limit in captured_files(check, gid, expected[gid], cases[gid]).items()}
-        files = _collect(workdir, names)
+        files, altered = _sealed(_collect(workdir, names), workdir, run.seals)
         cells = parse_run_record(read_result_file(workdir, ".grader-run.json", MAX_RUN_RECORD_BYTES))
         information = (_gpu_benchmark(workdir, options, benchmark_program(template, prepared))
                        if getattr(module, "GPU_BENCHMARK", False) else [])
-    return Phase1Result(student, "", "", notes, prepared, cases, expected, run, files, cells, information)
+    return Phase1Result(student, "", "", notes, prepared, cases, expected, run, files, altered=altered, cells=cells,
+                        information=information)
 
 
 BENCHMARK_LIMITS = Limits(wall_seconds=300.0, cpu_seconds=300, memory_mb=16384, max_processes=256)
@@ -395,7 +408,7 @@ def _phase2(assignment: str, phase1: Phase1Result, options: Options) -> Submissi
     prepared, run = phase1.prepared, phase1.run
     status, detail = _status_from_run(run, phase1.cells, prepared.origins, options)
     checks = {item.grade_id: module.CHECKS[item.grade_id] for item in template.auto_items}
-    items, phase2_error = _judge_all(template, checks, phase1.cases, phase1.expected, phase1.files)
+    items, phase2_error = _judge_all(template, checks, phase1.cases, phase1.expected, phase1.files, phase1.altered)
     if phase2_error:
         status, detail = "grader-error", phase2_error
     elif status == "graded" and prepared.tampering:
@@ -421,16 +434,21 @@ def _judge_one(check, gid: str, cases: list, expected: list, files: dict[str, by
                                   f"{str(err)[:200]}")
 
 
-def _judge_all(template: Template, checks: dict, cases: dict, expected: dict,
-               files: dict[str, bytes]) -> tuple[list[ItemResult], str]:
+ALTERED = ("this test's results were changed after its test cell ran (a later cell rewrote, added or removed files "
+           "in .grader-outputs/): they are not graded")
+
+
+def _judge_all(template: Template, checks: dict, cases: dict, expected: dict, files: dict[str, bytes],
+               altered: list[str] = ()) -> tuple[list[ItemResult], str]:
     """Every item's points from the captured outputs, within one time budget; an error message instead of
-    raising if the budget runs out."""
+    raising if the budget runs out. The checks ``altered`` fail with ``ALTERED``."""
     items = []
-    verdicts: dict[str, CheckResult] = {}
+    verdicts: dict[str, CheckResult] = {gid: CheckResult(False, ALTERED) for gid in altered if gid in checks}
     try:
         with _time_budget(PHASE2_SECONDS):
             for gid, check in checks.items():
-                verdicts[gid] = _judge_one(check, gid, cases[gid], expected[gid], files)
+                if gid not in verdicts:
+                    verdicts[gid] = _judge_one(check, gid, cases[gid], expected[gid], files)
     except TimeoutError as err:
         problem = str(err)
     else:

@@ -147,6 +147,49 @@ def receive(fd, limit=None):
     return header, files
 
 
+# -- What a test cell wrote, sealed -------------------------------------------------------------------------------
+
+OUTPUTS = ".grader-outputs"  # capture.OUTPUTS, relative to the notebook's folder
+MAX_SEALED_BYTES = 512 * 2**20  # what one check's digest reads at most
+
+
+def outputs_digest(folder, check):
+    """A digest of everything in ``<folder>/.grader-outputs/<check>/``: each entry's name and kind, and each
+    regular file's bytes (no link followed, at most ``MAX_SEALED_BYTES`` read). The supervisor writes it to the
+    heartbeat right after the check's test cell (``captured <check> <digest>``); the grader computes it again on
+    the files it collects, so results that a later cell changed, added or removed are noticed."""
+    import hashlib
+
+    digest, budget = hashlib.sha256(), MAX_SEALED_BYTES
+    flags = os.O_RDONLY | os.O_NOFOLLOW
+    try:
+        top = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            outputs = os.open(OUTPUTS, flags | os.O_DIRECTORY, dir_fd=top)
+        finally:
+            os.close(top)
+        try:
+            fd = os.open(str(check), flags | os.O_DIRECTORY, dir_fd=outputs)
+        finally:
+            os.close(outputs)
+    except OSError:
+        return "none"
+    try:
+        for entry in sorted(os.scandir(fd), key=lambda e: e.name):
+            regular = entry.is_file(follow_symlinks=False)
+            digest.update(f"{entry.name}\0{'file' if regular else 'other'}\0".encode("utf-8", "surrogateescape"))
+            if regular:
+                with open(os.open(entry.name, flags, dir_fd=fd), "rb") as f:
+                    while budget > 0 and (chunk := f.read(min(2**20, budget))):
+                        digest.update(chunk)
+                        budget -= len(chunk)
+    except OSError:
+        return "unreadable"
+    finally:
+        os.close(fd)
+    return digest.hexdigest()[:32] if budget > 0 else "too-large"
+
+
 # -- The supervisor ----------------------------------------------------------------------------------------------
 
 def _read_cells(notebook):
@@ -274,6 +317,8 @@ def supervise(notebook):
         heartbeat(beat_fd, f"cell {current}")
         reply = (kernel.ask({"capture": check}, inputs.pop(check, {})) if check
                  else kernel.ask({"run": source, "release": release}))
+        if reply is not None and check:
+            heartbeat(beat_fd, f"captured {check} {outputs_digest(folder, check)}")
         if reply is not None:
             if replay:
                 replay.pop(0)

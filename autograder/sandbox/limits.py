@@ -44,6 +44,7 @@ class SandboxResult:
     cpu_seconds: float | None  # CPU time of all the run's processes, from its cgroup; None without one
     isolation: dict[str, str] = field(default_factory=dict)  # limit -> what enforced it, e.g. {"memory": "cgroup v1"}
     last_heartbeat: str | None = None  # last heartbeat line (at most 100 characters; written by the sandboxed code)
+    seals: dict[str, str] = field(default_factory=dict)  # test cell -> digest of its results, from the heartbeat
 
     @property
     def memory_exceeded(self) -> bool:

@@ -51,13 +51,17 @@ def _resident_bytes(pids: list[int]) -> int:
 
 
 class _Heartbeat:
-    """The read end of the heartbeat pipe: remembers when the last complete line arrived, and the line."""
+    """The read end of the heartbeat pipe: remembers when the last complete line arrived, and the line; and the
+    seals of the test cells, the lines ``captured <check> <digest>`` (``runner.outputs_digest``), as
+    ``check -> digest``."""
 
     MAX_LINE = 100
+    MAX_SEALS = 10_000
 
     def __init__(self, fd: int, now: float):
         self.fd: int | None = fd
         self.last_time, self.last_line, self.partial = now, None, b""
+        self.seals: dict[str, str] = {}
         os.set_blocking(fd, False)
 
     def poll(self) -> None:
@@ -73,7 +77,11 @@ class _Heartbeat:
             self.fd = None
             return
         *lines, partial = (self.partial + data).split(b"\n")
-        self.partial = partial[-self.MAX_LINE:]  # a flood without newlines cannot grow it
+        self.partial = partial[-2 * self.MAX_LINE:]  # a flood without newlines cannot grow it
+        for line in lines:
+            words = line.decode("utf-8", errors="replace").split(" ")
+            if len(words) == 3 and words[0] == "captured" and len(self.seals) < self.MAX_SEALS:
+                self.seals[words[1][:self.MAX_LINE]] = words[2][:64]
         if lines:
             self.last_time = time.monotonic()
             self.last_line = lines[-1][:self.MAX_LINE].decode("utf-8", errors="replace")

@@ -277,6 +277,7 @@ def _run(command: list[str], cwd: str, env: dict[str, str], limits: Limits, cgro
         cpu_seconds=cgroups.cpu_seconds(),
         isolation=isolation,
         last_heartbeat=heartbeat.last_line if heartbeat is not None else None,
+        seals=dict(heartbeat.seals) if heartbeat is not None else {},
     )
 
 
