@@ -381,21 +381,39 @@ def _bound_names(shell, source):
     return names
 
 
+def _kept(namespace, names):
+    """What a read-only cell bound, kept so that nothing the notebook does later reaches it: an immutable tuple of
+    ``(name, value)``, a function kept as the parts it is made of (its code object cannot change; the function
+    object's ``__code__`` can)."""
+    import types
+
+    kept = []
+    for name in sorted(names):
+        value = namespace[name]
+        if isinstance(value, types.FunctionType):
+            value = (value.__code__, value.__name__, value.__defaults__, value.__closure__,
+                     tuple((value.__kwdefaults__ or {}).items()))
+        kept.append((name, value))
+    return tuple(kept)
+
+
 def _calling_namespace(user_ns, release):
     """What a test cell's capture looks the graded functions up in: the notebook's namespace, with every name a
-    read-only cell of the release bound as that cell bound it (kept right after it ran), its functions re-made to
-    look their own globals up here too. A later cell of the student's that redefines a wrapper (``flash_output``)
-    or a launcher it calls (``run_forward``) changes nothing; the student's own functions are found as usual."""
+    read-only cell of the release bound as that cell bound it (``release``: the ``_kept`` tuples), its functions
+    made again from their parts, looking their globals up here. A later cell of the student's that redefines a
+    wrapper (``flash_output``) or a launcher it calls (``run_forward``), or swaps its ``__code__``, changes
+    nothing; the student's own functions are found as usual. (Code that rewrites objects of its own process at a
+    lower level, e.g. library modules' functions or memory through ctypes, is beyond what a capture in that
+    process can prevent.)"""
     import types
 
     namespace = dict(user_ns)
-    namespace.update(release)
-    for name, value in release.items():
-        if isinstance(value, types.FunctionType):
-            function = types.FunctionType(value.__code__, namespace, value.__name__, value.__defaults__,
-                                          value.__closure__)
-            function.__kwdefaults__ = value.__kwdefaults__
-            namespace[name] = function
+    for name, value in release:
+        if isinstance(value, tuple) and len(value) == 5 and isinstance(value[0], types.CodeType):
+            code, function_name, defaults, closure, kwdefaults = value
+            value = types.FunctionType(code, namespace, function_name, defaults, closure)
+            value.__kwdefaults__ = dict(kwdefaults) or None
+        namespace[name] = value
     return namespace
 
 
@@ -408,7 +426,7 @@ def run_kernel(command_fd, reply_fd, notebook):
 
     shell = InteractiveShell.instance()
     capture = None
-    release = {}  # name -> what the release's read-only cells bound it to
+    release = ()  # what the release's read-only cells bound (_kept), latest last
     while True:
         message, files = receive(command_fd)
         if message is None or "exit" in message:
@@ -424,8 +442,7 @@ def run_kernel(command_fd, reply_fd, notebook):
         else:
             result = shell.run_cell(message["run"], store_history=True)
             if message.get("release"):
-                release.update({name: shell.user_ns[name] for name in _bound_names(shell, message["run"])
-                                if name in shell.user_ns})
+                release += _kept(shell.user_ns, _bound_names(shell, message["run"]) & set(shell.user_ns))
             error = result.error_before_exec or result.error_in_exec
             if error is not None:
                 reply = {"status": "error", "ename": type(error).__name__, "evalue": str(error)[:1000]}

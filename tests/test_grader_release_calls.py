@@ -9,7 +9,7 @@ import pytest
 
 from autograder import assignments
 from autograder.__main__ import main as grader_main
-from autograder.runner import _calling_namespace
+from autograder.runner import _calling_namespace, _kept
 from autograder.sandbox import bubblewrap_available
 from submissions import submission, write
 from test_wrong_variants import read_grades
@@ -48,19 +48,36 @@ def run_dq(kernel, q, k, v, d_out, is_causal, block_m=16, block_n=16):
     return gradients_reference(q, k, v, d_out, is_causal)[0]
 '''
 
+GC_WALK = WRAPPERS.replace("def flash_", "def forged_") + '''
+
+import gc
+import types
+
+for obj in gc.get_objects():  # every dict or function that holds the release's wrappers, wherever it is kept
+    for name in ("flash_output", "flash_lse", "flash_causal", "flash_dkdv", "flash_dq"):
+        if isinstance(obj, dict) and name in obj:
+            obj[name] = globals()["forged_" + name[len("flash_"):]]
+        elif isinstance(obj, types.FunctionType) and obj.__name__ == name:
+            obj.__code__ = globals()["forged_" + name[len("flash_"):]].__code__
+'''
+
 
 def test_a_release_function_looks_its_globals_up_in_the_release_and_the_student_functions_in_the_notebook():
-    def wrapper(x):
-        return helper(kernel(x))  # noqa: F821 - looked up in the namespace it is bound to
-
-    live = {"helper": lambda x: ("forged", x), "kernel": lambda x: x + 1, "wrapper": lambda x: "forged"}
-    ns = _calling_namespace(live, {"wrapper": wrapper, "helper": lambda x: ("release", x)})
+    release_cell = "def wrapper(x):\n    return helper(kernel(x))\n\n\ndef helper(x):\n    return ('release', x)\n"
+    cell_ns: dict = {}
+    exec(release_cell, cell_ns)  # noqa: S102 - a read-only cell, as the kernel runs it
+    kept = _kept(cell_ns, {"wrapper", "helper"})
+    live = {**cell_ns, "kernel": lambda x: x + 1}
+    live["helper"] = lambda x: ("forged", x)  # a later cell rebinds the names
+    live["wrapper"] = lambda x: "forged"
+    cell_ns["wrapper"].__code__ = cell_ns["helper"].__code__ = (lambda x: "forged").__code__  # as gc could reach
+    ns = _calling_namespace(live, kept)
     assert ns["wrapper"](1) == ("release", 2)  # the release's wrapper and helper, the student's kernel
     assert live["wrapper"](1) == "forged"  # the notebook's own namespace is left as it is
 
 
 @pytest.mark.skipif(not bubblewrap_available(), reason="bubblewrap (Debian package) is not installed")
-@pytest.mark.parametrize("forged", [WRAPPERS, LAUNCHERS], ids=["wrappers", "launchers"])
+@pytest.mark.parametrize("forged", [WRAPPERS, LAUNCHERS, GC_WALK], ids=["wrappers", "launchers", "gc"])
 def test_redefined_wrappers_or_launchers_earn_nothing_without_kernels(tmp_path, forged):
     notebook = assignments.load(PS12).NOTEBOOK
     nb = submission(PS12, notebook, answers={"flash_fwd_kernel": forged}, solved=False)
