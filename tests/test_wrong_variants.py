@@ -797,6 +797,8 @@ variant(PS5, "tiled attention with block-local key indices for the causal mask",
         {"test_tiled_causal"}, tiled_with(keys="np.arange(stop - start)[None, :]"))
 variant(PS5, "tiled attention without a running maximum (overflows)", "tiled_attention", TILED,
         tiled_with(m0="0.0", m_new="m"))
+variant(PS5, "tiled attention with a running maximum that starts at 0 (underflows)", "tiled_attention", TILED,
+        tiled_with(m0="0.0"))
 variant(PS5, "tiled attention drops a shorter last block", "tiled_attention", TILED,
         tiled_with(stop="t_k - block_size + 1"))
 variant(PS5, "tiled attention without the 1/sqrt(d) scale", "tiled_attention", TILED,

@@ -172,10 +172,11 @@ def _online_softmax_extremes(rng):
             Case((low, int(rng.integers(2, 5))), note="values near -1e4: everything underflows without the shift")]
 
 
-def _huge_scores(rng, b, t_q, t_k):
-    """Scores between about 1000 and 1130 everywhere (exp overflows without the running maximum)."""
+def _huge_scores(rng, b, t_q, t_k, sign=1.0):
+    """Scores between about 1000 and 1130 everywhere (exp overflows without the running maximum); with
+    ``sign=-1``, between about -1130 and -1000 (exp underflows to 0 for a running maximum that starts at 0)."""
     q = np.zeros((b, t_q, 2))
-    q[..., 0] = 40.0
+    q[..., 0] = 40.0 * sign
     k = rng.normal(size=(b, t_k, 2))
     k[..., 0] = 38.0 + rng.random((b, t_k))
     return q, k, rng.normal(size=(b, t_k, 3))
@@ -189,6 +190,8 @@ def _tiled_full(rng):
     q, k, v = rng.normal(size=(b, h, t_q, d)), rng.normal(size=(b, h, t_k, d)), rng.normal(size=(b, h, t_k, d_v))
     return [
         Case((*_huge_scores(rng, 2, 3, 7), 3), note="scores above 1000: exp overflows without the running maximum"),
+        Case((*_huge_scores(rng, 2, 3, 7, sign=-1.0), 3),
+             note="scores below -1000: a running maximum that starts at 0 divides 0 by 0"),
         Case((q, k, v, bs), note="four axes (B, H, T, d), a shorter last block"),
         Case((q, k, v, 1), note="blocks of one key"),
         Case((q, k, v, t_k + int(rng.integers(0, 10))), note="one block holds every key"),
@@ -204,6 +207,7 @@ def _tiled_causal(rng):
     q, k, v = rng.normal(size=(2, 2, t, 4)), rng.normal(size=(2, 2, t, 4)), rng.normal(size=(2, 2, t, 3))
     return [
         Case((*_huge_scores(rng, 2, 7, 7), 3), {"is_causal": True}, note="scores above 1000, causal"),
+        Case((*_huge_scores(rng, 2, 7, 7, sign=-1.0), 3), {"is_causal": True}, note="scores below -1000, causal"),
         Case((q, k, v, bs), {"is_causal": True}, note="four axes, causal, a shorter last block"),
         Case((q[0], k[0], v[0], 1), {"is_causal": True}, note="three axes, causal, blocks of one key"),
         Case((q, k, v, t + int(rng.integers(0, 5))), {"is_causal": True}, note="causal, one block holds every key"),
@@ -356,6 +360,8 @@ FAILURE_CLASSES = [
                  lambda case: (np.max(case.args[0], axis=-1) < -709).any()),
     FailureClass("scores above 709 (exp overflows without the running maximum)", "test_tiled_full",
                  lambda case: _scores(case).max() > 709),
+    FailureClass("scores below -709 everywhere (a running maximum that starts at 0)", "test_tiled_full",
+                 lambda case: _scores(case).max() < -709),
     _tiled_class("keys in blocks with a shorter last one", "test_tiled_full", "short", False),
     FailureClass("blocks of one key", "test_tiled_full", lambda case: case.args[3] == 1),
     _tiled_class("one block holds every key", "test_tiled_full", "one", False),
@@ -363,6 +369,7 @@ FAILURE_CLASSES = [
     FailureClass("values of another width than the keys (d_v != d)", "test_tiled_full",
                  lambda case: case.args[2].shape[-1] != case.args[0].shape[-1]),
     FailureClass("scores above 709, causal", "test_tiled_causal", lambda case: _scores(case).max() > 709),
+    FailureClass("scores below -709 everywhere, causal", "test_tiled_causal", lambda case: _scores(case).max() < -709),
     _tiled_class("causal, a shorter last block", "test_tiled_causal", "short", True),
     FailureClass("causal, blocks of one key", "test_tiled_causal", lambda case: case.args[3] == 1),
     _tiled_class("causal, one block holds every key", "test_tiled_causal", "one", True),
