@@ -641,6 +641,13 @@ variant(PS4, "sampling multiplies by the temperature", "sample_with_temperature"
         sample_with(scale="*"))
 variant(PS4, "sampling ignores the temperature", "sample_with_temperature", {"test_sampling"},
         sample_with(scale="/ 1.0  #"))
+variant(PS4, "sampling without subtracting the maximum (exp overflows)", "sample_with_temperature",
+        {"test_sampling"}, """
+def sample_with_temperature(logits, temperature, u):
+    probs = np.exp(np.asarray(logits, dtype=float) / temperature)
+    probs /= probs.sum()
+    return int(np.searchsorted(np.cumsum(probs), u, side="right"))
+""")
 variant(PS4, "sampling returns the most probable token", "sample_with_temperature", {"test_sampling"}, """
 def sample_with_temperature(logits, temperature, u):
     return int(np.argmax(logits))

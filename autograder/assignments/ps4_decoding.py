@@ -90,7 +90,12 @@ def _sampling(rng):
                  note="u exactly equal to a cumulative probability"),
             Case((np.zeros(4), 1.0, 0.0), note="u = 0"),
             Case((np.log(np.array([0.2, 0.5, 0.3])), 0.05, 0.9), note="a low temperature, 0.05"),
-            Case((np.log(np.array([0.2, 0.5, 0.3])), 1.0, 0.1), note="temperature 1, a small u")] + [
+            Case((np.log(np.array([0.2, 0.5, 0.3])), 1.0, 0.1), note="temperature 1, a small u"),
+            # P = (0.731, 0.269, 0) and u above 0.75: token 1, which an overflowing exp (nan) never returns
+            Case((np.array([1000.0, 999.0, 0.0]), 1.0, float(rng.uniform(0.75, 0.95))),
+                 note="logits near 1000 (exp overflows without subtracting the maximum)"),
+            Case((np.array([8.0, 7.99, 1.0]), 0.01, float(rng.uniform(0.75, 0.95))),
+                 note="logits in [1, 8] at temperature 0.01 (logits / T near 800)")] + [
         Case((logits, float(t), float(u)), note="random logits, temperature and u")
         for t, u in zip(rng.uniform(0.3, 2.0, size=4), rng.random(4))]
 
@@ -203,6 +208,8 @@ FAILURE_CLASSES = [
     FailureClass("u exactly equal to a cumulative probability", "test_sampling",
                  lambda case: case.args[2] in np.cumsum(_probs(np.asarray(case.args[0]) / case.args[1])[0])),
     FailureClass("u = 0", "test_sampling", lambda case: case.args[2] == 0),
+    FailureClass("logits / T above 709 (exp overflows without subtracting the maximum)", "test_sampling",
+                 lambda case: np.max(np.asarray(case.args[0]) / case.args[1]) > 709),
     FailureClass("a temperature whose sample differs from temperature 1 and from multiplying by it", "test_sampling",
                  lambda case: ref_sample(*case.args) != ref_sample(case.args[0], 1.0, case.args[2])
                  and ref_sample(*case.args) != ref_sample(case.args[0], 1 / case.args[1], case.args[2])),
