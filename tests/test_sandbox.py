@@ -1107,3 +1107,16 @@ def test_launcher_failure_raises_sandbox_error(monkeypatch, tmp_path):
                         lambda self: [str(tmp_path / "no" / "cgroup.procs")])
     with pytest.raises(sandbox.SandboxError, match="could not start the sandbox"):
         run_sandboxed([PYTHON, "-c", "pass"], tmp_path, FAST, unsafe_no_sandbox=True)
+
+
+def test_heartbeat_keeps_the_seals_of_test_cells():
+    """The supervisor's ``captured <check> <digest>`` lines (runner.py): the grader keeps each check's latest."""
+    read_end, write_end = os.pipe()
+    heartbeat = sandbox.monitor._Heartbeat(read_end, now=0.0)
+    try:
+        os.write(write_end, b"cell 3\ncaptured test_a 0123abcd\ncaptured test_b ff\ncaptured test_a 99\ncell 4\n")
+        heartbeat.poll()
+        assert heartbeat.seals == {"test_a": "99", "test_b": "ff"} and heartbeat.last_line == "cell 4"
+    finally:
+        os.close(read_end)
+        os.close(write_end)

@@ -77,7 +77,7 @@ class _Heartbeat:
             self.fd = None
             return
         *lines, partial = (self.partial + data).split(b"\n")
-        self.partial = partial[-2 * self.MAX_LINE:]  # a flood without newlines cannot grow it
+        self.partial = partial[-self.MAX_LINE:]  # a flood without newlines cannot grow it
         for line in lines:
             words = line.decode("utf-8", errors="replace").split(" ")
             if len(words) == 3 and words[0] == "captured" and len(self.seals) < self.MAX_SEALS:
