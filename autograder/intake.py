@@ -163,8 +163,13 @@ def _read_bounded(handle, limit: int, what: str) -> bytes:
 
 def _pick(names: list[str], notebook: str) -> tuple[str | None, list[str]]:
     """The notebook to grade among the paths ``names``: the one with the expected file name (in any case, as
-    Canvas matches names), else the only notebook there is (with a note), else None."""
-    exact = [n for n in names if n.rsplit("/", 1)[-1].casefold() == notebook.casefold()]
+    Canvas matches names; of several, the least deep, then the first by path, whatever the archive's order, with
+    a note naming the others), else the only notebook there is (with a note), else None."""
+    exact = sorted((n for n in names if n.rsplit("/", 1)[-1].casefold() == notebook.casefold()),
+                   key=lambda n: (n.count("/"), n))
+    if len(exact) > 1:
+        others = ", ".join(exact[1:4]) + (" ..." if len(exact) > 4 else "")
+        return exact[0], [f"graded {exact[0]} of {len(exact)} notebooks named {notebook} (also: {others})"]
     if exact:
         return exact[0], []
     if len(names) == 1:

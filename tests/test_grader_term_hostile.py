@@ -454,3 +454,21 @@ def test_the_students_markdown_and_messages_are_inert_in_the_autograded_notebook
     assert "my own notes" in page and "&lt;style&gt;body{display:none}" in page
     for live in ("<img src=y", "<script>alert(3)", "<style>body{display:none}"):  # ... never live
         assert live not in page
+
+
+def test_a_zip_with_two_notebooks_of_the_expected_name_grades_one_chosen_by_path_and_says_so(tmp_path):
+    """README, "Grading": every entry ends in exactly one row; which of two same-named notebooks counts must not
+    depend on the order of the zip's entries, and the row says what was chosen (a red-team zip held a broken draft
+    first and the final notebook second: the draft was graded, silently)."""
+    import zipfile
+
+    subs, out = tmp_path / "subs", tmp_path / "out"
+    subs.mkdir()
+    for name, order in (("first", ("z_draft", "a_final")), ("second", ("a_final", "z_draft"))):
+        with zipfile.ZipFile(subs / f"{name}.zip", "w") as archive:
+            for folder in order:
+                archive.writestr(f"{folder}/{NB}", "draft" if folder == "z_draft" else "final")
+    assert grade(subs, out) == 0
+    rows = rows_of(out)
+    for name in ("first", "second"):
+        assert f"graded a_final/{NB} of 2 notebooks named {NB} (also: z_draft/{NB})" in rows[name]["notes"], rows[name]
