@@ -47,8 +47,8 @@ from autograder import assignments, gpu_benchmark
 from autograder.checks import CheckResult, captured_files, expected_results, judge, pack_inputs, write_inputs
 from autograder.intake import MAX_SIBLING_BYTES, Loaded, Submission, load
 from autograder.notebooks import InvalidNotebook, Prepared, Template, parse_notebook, prepare
-from autograder.sandbox import Limits, SandboxResult, read_result_file, run_sandboxed, work_folder
 from autograder.runner import outputs_digest
+from autograder.sandbox import Limits, SandboxResult, read_result_file, run_sandboxed, work_folder
 from autograder.sandbox.removal import _remove_tree as remove_tree  # whatever the notebook left: a file, a link, a tree
 
 PACKAGE = Path(__file__).resolve().parent
