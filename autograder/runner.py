@@ -18,9 +18,11 @@ processes, so that the notebook's code cannot write what the grader trusts:
   ``sys.path``). A test cell (a prepared cell whose metadata names a check, ``{"grader": {"capture": id}}``)
   is not run as code: the supervisor sends that check's hidden inputs with it, and only then, and the
   kernel calls ``capture.capture`` on them. The graded functions are looked up through what the release's
-  read-only cells (``{"grader": {"release": id}}``) bound, kept right after each ran (``_calling_namespace``):
-  a student's later cell that redefines a read-only wrapper or launcher changes nothing. No file holds the inputs of a later test cell, and they are not
-  sent before the cell before them has been answered for.
+  read-only cells (``{"grader": {"release": id}}``) bound, kept right after each ran (``_kept``,
+  ``_calling_namespace``): a student's later cell that redefines a read-only wrapper or launcher changes
+  nothing. Right after a test cell, the supervisor seals what it captured (``outputs_digest``, a heartbeat
+  line ``captured <check> <digest>``): files a later cell changes are refused by the grader. No file holds the
+  inputs of a later test cell, and they are not sent before the cell before them has been answered for.
 
 A kernel that dies while it runs a cell (a segfault, an abort, ``os._exit``) or answers nonsense costs that
 cell only: the supervisor records it, starts a fresh kernel, runs the code cells before it again (not the test
@@ -179,7 +181,7 @@ def outputs_digest(folder, check):
             regular = entry.is_file(follow_symlinks=False)
             digest.update(f"{entry.name}\0{'file' if regular else 'other'}\0".encode("utf-8", "surrogateescape"))
             if regular:
-                with open(os.open(entry.name, flags, dir_fd=fd), "rb") as f:
+                with open(os.open(entry.name, flags | os.O_NONBLOCK, dir_fd=fd), "rb") as f:  # never a fifo's wait
                     while budget > 0 and (chunk := f.read(min(2**20, budget))):
                         digest.update(chunk)
                         budget -= len(chunk)
