@@ -1,10 +1,10 @@
 """Command line of the grader.
 
     python -m autograder generate [ASSIGNMENT ...]          release notebooks: solutions/ -> exercises/ (nbgrader)
-    python -m autograder grade ASSIGNMENT [SUBMISSIONS_DIR --out OUT_DIR] [--course DIR] [--nbgrader-layout] [--workers N]
-                               [--timeout SECONDS] [--notebook-timeout SECONDS] [--memory MB] [--seed N]
-                               [--secret FILE] [--unsafe-no-sandbox] [--only NAME ... | --retry-failed] [--gradebook PATH]
-                               [--roster CSV] [--due TIME] [--extensions CSV] [--late-penalty RATE]
+    python -m autograder grade ASSIGNMENT [SUBMISSIONS_DIR --out OUT_DIR] [--course DIR] [--nbgrader-layout]
+                               [--workers N] [--timeout SECONDS] [--notebook-timeout SECONDS] [--memory MB]
+                               [--seed N] [--secret FILE] [--unsafe-no-sandbox] [--only NAME ... | --retry-failed]
+                               [--gradebook PATH] [--roster CSV] [--due TIME] [--extensions CSV] [--late-penalty RATE]
                                [--late-cutoff DURATION] [--scheduler ADDRESS]
     python -m autograder course DIR --exchange DIR [--roster CSV] [--due ASSIGNMENT=TIME ...]
     python -m autograder export (--course DIR | --gradebook PATH) --to CSV [--canvas ROSTER_CSV [--rescale] |
