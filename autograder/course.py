@@ -5,7 +5,8 @@ checking owners, by ``autograder/nbgrader_guard.py``, and the ``alembic`` comman
 copies the release notebooks from ``exercises/`` into ``DIR/release/<assignment>/`` (what ``nbgrader
 release_assignment`` publishes) and the sources from ``solutions/`` into ``DIR/source/<assignment>/`` (where
 formgrader lists the assignments from), creates the exchange as the instructor's (``make_exchange``), and creates
-``DIR/gradebook.db`` with every assignment, its graded cells and due date, and the students of a roster CSV. Running it again updates the folder (it keeps grades).
+``DIR/gradebook.db`` with every assignment, its graded cells and due date, and the students of a roster CSV.
+Running it again updates the folder (it keeps grades).
 
 Example::
 
