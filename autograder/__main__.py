@@ -146,7 +146,9 @@ def grade(args) -> int:
     rows = write_outputs(args.assignment, notebook, template, results, submissions, term, timings, out, gradebook)
     elapsed = time.monotonic() - started
     auto_max = sum(i.points for i in template.auto_items)
-    print(f"\n{'student':<24} {'status':<17} {'tampered':<9} score")
+    manual_max = max_score - auto_max
+    print(f"\n{'student':<24} {'status':<17} {'tampered':<9} automatic score"
+          + (f" (written answers, {manual_max:g} points, are graded by hand)" if manual_max else ""))
     for r in results:
         print(f"{r.student[:24]:<24} {r.status:<17} {'yes' if r.tampered else 'no':<9} {r.score:g} / {auto_max:g}")
     counts = {}

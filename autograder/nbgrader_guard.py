@@ -56,12 +56,19 @@ class OwnerCheckedCollect(ExchangeCollect):
 
     def _sort_by_timestamp(self, records):
         owned = [r for r in records if self._owned(r)]
+        if owned:
+            for record in records:
+                if record not in owned:
+                    self._refuse(record)
         return super()._sort_by_timestamp(owned or records)  # never empty: collect picks the first
+
+    def _refuse(self, record):
+        self.log.error(f"refused {record['filename']}: it names {record['username']!r}, but its folder in "
+                       "inbound/ belongs to another account (OwnerCheckedCollect)")
 
     def copy_files(self):
         for record in self.src_records:
             if not self._owned(record):
-                self.log.error(f"refused {record['filename']}: it names {record['username']!r}, but its folder in "
-                               "inbound/ belongs to another account (OwnerCheckedCollect)")
+                self._refuse(record)
         self.src_records = [r for r in self.src_records if self._owned(r)]
         super().copy_files()

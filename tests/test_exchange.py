@@ -69,6 +69,7 @@ def test_collect_refuses_a_submission_in_another_students_name_and_keeps_the_stu
     assert (course / "submitted" / "nobody" / PS / "marker.txt").read_text() == "own"
     assert not (course / "submitted" / "daemon").exists()
     assert "refused daemon+" in done.stderr and "belongs to another account" in done.stderr
+    assert "refused nobody+" in done.stderr  # the forgery beside nobody's own submission is reported too
 
 
 def test_grading_a_course_whose_configuration_lacks_the_guards_says_what_to_add(tmp_path, capsys):
