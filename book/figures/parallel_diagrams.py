@@ -74,7 +74,8 @@ def ring_all_reduce_figure(p: int = 4):
     ax.text(-0.12, -0.2, "chunk", ha="right", va="center", fontsize=7)
     ax.text(0, -0.75, f"{p} ranks, each vector cut into {p} chunks; letters: whose data a chunk sums (rank 0's is a); "
             f"outlined: the chunk each rank sends to the next (arrows).\nEach of the {2 * (p - 1)} steps sends "
-            f"1/{p} of the vector per rank: 2(p - 1)/p = {2 * (p - 1) / p:g} times the vector in all.", fontsize=8, va="center")
+            f"1/{p} of the vector per rank: 2(p - 1)/p = {2 * (p - 1) / p:g} times the vector in all.",
+            fontsize=8, va="center")
     _clean(ax, (-0.9, len(states) * width - gap + 0.3), (-1.1, p * 0.8 + 0.6))
     fig.tight_layout()
     return fig
@@ -96,7 +97,7 @@ def zero_stages_figure(p: int = 4):
         for r in range(p):
             x0 = r * rank_width
             x = x0
-            for index, (label, nbytes, colour) in enumerate(states):
+            for label, nbytes, colour in states:
                 sharded = stage > {"optimiser": 0, "gradients": 1, "weights": 2}[label]
                 length = nbytes * scale
                 for piece in range(p):

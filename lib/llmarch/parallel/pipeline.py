@@ -12,9 +12,13 @@ __all__ = ["PipelineSchedule", "pipeline_schedule", "bubble_fraction"]
 
 
 def bubble_fraction(p: int, m: int) -> float:
-    """``(p - 1) / (m + p - 1)``: the idle fraction of the makespan of a pipeline of ``p`` stages running ``m``
-    micro-batches (GPipe and 1F1B alike; Huang et al., 2019). Narayanan et al. (2021, §2.2) state the same
-    bubble relative to the ideal time instead, ``(p - 1) / m``."""
+    """``(p - 1) / (m + p - 1)``: the bubble as a share of the makespan of a pipeline of ``p`` stages running
+    ``m`` micro-batches, GPipe and 1F1B alike (GPipe's ``O((K - 1) / (M + K - 1))`` overhead, Huang et al., 2019).
+    Narayanan et al. (2021, §2.2.1) define the *bubble time fraction* over the ideal time instead,
+    ``t_pb / t_id = (p - 1) / m``: the same idle time ``(p - 1) (t_f + t_b)``, another denominator.
+
+    Book: Training at scale, "Splitting the model: tensor, pipeline and sequence parallelism".
+    """
     if p < 1 or m < 1:
         raise ValueError(f"need p >= 1 stages and m >= 1 micro-batches, got p={p}, m={m}")
     return (p - 1) / (m + p - 1)
@@ -51,8 +55,8 @@ def pipeline_schedule(p: int, m: int, kind: str = "1f1b", t_forward: float = 1.0
                       t_backward: float = 2.0) -> PipelineSchedule:
     """Simulate ``kind`` (``gpipe`` or ``1f1b``): each stage runs its operations in the schedule's order,
     each as soon as its inputs exist (``F(s, i)`` after ``F(s-1, i)``; ``B(s, i)`` after ``B(s+1, i)`` and
-    ``F(s, i)``). Both give the bubble ``(p - 1) / (m + p - 1)``; 1F1B holds at most ``p - s``
-    micro-batches of activations on stage ``s`` instead of GPipe's ``m``.
+    ``F(s, i)``). Both give the bubble ``(p - 1) / (m + p - 1)`` of the makespan (``(p - 1) / m`` of the ideal
+    time); 1F1B holds at most ``p - s`` micro-batches of activations on stage ``s`` instead of GPipe's ``m``.
 
     Book: Training at scale, "Splitting the model: tensor, pipeline and sequence parallelism".
     """
