@@ -40,7 +40,8 @@ from llmarch.layers import SwiGLU
 from llmarch.stability import z_loss
 
 __all__ = ["ROUTERS", "MoEConfig", "MoEFeedForward", "route", "load_balancing_loss", "expert_load",
-           "update_expert_bias", "expert_capacity", "capacity_keep", "moe_aux_loss", "moe_parameter_counts"]
+           "update_expert_bias", "expert_capacity", "capacity_keep", "moe_aux_loss", "update_expert_biases",
+           "moe_parameter_counts"]
 
 ROUTERS = ("softmax_topk", "sigmoid_bias")
 
@@ -268,6 +269,14 @@ def moe_aux_loss(model: nn.Module) -> torch.Tensor:
             term = c.balance_coef * layer.aux["balance"] + c.z_coef * layer.aux["z"]
             total = term + total.to(term)
     return total
+
+
+def update_expert_biases(model: nn.Module) -> None:
+    """:meth:`MoEFeedForward.update_bias` for every ``sigmoid_bias`` layer of ``model``: DeepSeek's balancing
+    step, which a training loop calls after each optimiser step."""
+    for layer in model.modules():
+        if isinstance(layer, MoEFeedForward) and layer.expert_bias is not None:
+            layer.update_bias()
 
 
 def moe_parameter_counts(d_model: int, d_ff: int, n_experts: int, top_k: int, n_shared_experts: int = 0) -> dict[str, int]:
