@@ -16,22 +16,28 @@ def _layer(n_experts=4, top_k=2, d_model=16, d_ff=24, seed=0):
     return layer
 
 
-def test_matches_transformers_mixtral_block():
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_matches_transformers_mixtral_block(dtype):
+    """Float64: transformers' router softmax runs in float32 (``Tensor.float()``) even there; ``_hf_in_float64``
+    turns that cast into a float64 one, so both compute the same thing in float64."""
     transformers = pytest.importorskip("transformers")
     from transformers.models.mixtral.modeling_mixtral import MixtralSparseMoeBlock
-    layer = _layer()
+    from test_hf_moe import _hf_in_float64
+    layer = _layer().to(dtype)
     config = transformers.MixtralConfig(hidden_size=16, intermediate_size=24, num_local_experts=4,
                                         num_experts_per_tok=2, hidden_act="silu", router_jitter_noise=0.0)
-    block = MixtralSparseMoeBlock(config).double().eval()
+    config._experts_implementation = "eager"
+    block = MixtralSparseMoeBlock(config).to(dtype).eval()
     with torch.no_grad():
         block.gate.weight.copy_(layer.router.weight)
         for e, expert in enumerate(layer.experts):
             block.experts.gate_up_proj[e].copy_(torch.cat([expert.w1.weight, expert.w3.weight]))
             block.experts.down_proj[e].copy_(expert.w2.weight)
-    x = torch.randn(3, 7, 16, dtype=torch.float64)
-    with torch.no_grad():
-        # transformers' router computes its softmax in float32 even for float64 inputs
-        torch.testing.assert_close(layer(x), block(x), rtol=1e-6, atol=1e-6)
+    x = torch.randn(3, 7, 16, dtype=dtype)
+    with torch.no_grad(), _hf_in_float64(dtype):
+        theirs = block(x)
+    tol = {torch.float32: 1e-6, torch.float64: 1e-13}[dtype]
+    torch.testing.assert_close(layer(x), theirs, rtol=tol, atol=tol)
 
 
 def test_matches_a_loop_over_tokens():

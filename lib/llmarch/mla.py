@@ -69,7 +69,9 @@ class MultiHeadLatentAttention(nn.Module):
     ``bias``: biases of ``q_a_proj``, ``kv_a_proj`` and ``o_proj`` (DeepSeek's ``attention_bias``). The softmax
     scale is ``(d_n + d_r)^-0.5``, times ``m^2`` under YaRN scaling with ``mscale_all_dim`` (``m = 0.1
     mscale_all_dim ln(factor) + 1``), as DeepSeek does. A ``kv_cache`` (``llmarch.kv_cache.LayerKVCache``) stores
-    the latent ``c (B, 1, T, r)`` as its keys and the rotated ``k_r (B, 1, T, d_r)`` as its values.
+    the latent ``c (B, 1, T, r)`` as its keys and the rotated ``k_r (B, 1, T, d_r)`` as its values. It always
+    uses the reference attention (:func:`llmarch.reference_attention.scaled_dot_product_attention`), without
+    attention dropout.
     """
 
     def __init__(self, d_model: int, n_heads: int, config: MLAConfig, rope_base: float = 10000.0,
