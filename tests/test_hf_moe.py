@@ -159,27 +159,21 @@ def test_greedy_generation_with_and_without_the_cache_matches_transformers(confi
     assert torch.equal(generate(ours, prompt, max_new_tokens=20, greedy=True, use_cache=False), theirs)
 
 
-def test_released_per_expert_layouts_load_as_the_fused_ones():
-    """The files on the Hub store one matrix per expert (Mixtral: block_sparse_moe.experts.e.w1/w2/w3)."""
-    hf = _hf_model(_mixtral(), torch.float64)
-    fused = hf.state_dict()
-    released = {}
-    for name, tensor in fused.items():
-        name = name.replace(".mlp.", ".block_sparse_moe.")
-        if name.endswith("experts.gate_up_proj"):
-            for e, w in enumerate(tensor):
-                w1, w3 = w.chunk(2)
-                released[name.replace("gate_up_proj", f"{e}.w1.weight")] = w1
-                released[name.replace("gate_up_proj", f"{e}.w3.weight")] = w3
-        elif name.endswith("experts.down_proj"):
-            for e, w in enumerate(tensor):
-                released[name.replace("down_proj", f"{e}.w2.weight")] = w
-        else:
-            released[name] = tensor
+@pytest.mark.parametrize("config", [_mixtral(), _deepseek()], ids=["mixtral", "deepseek_v3"])
+def test_a_saved_folder_in_the_released_layout_loads_as_the_fused_state_dict(config, tmp_path):
+    """``save_pretrained`` writes the released files' layout, one matrix per expert (Mixtral's
+    ``block_sparse_moe.experts.e.w1/w2/w3``, DeepSeek's ``mlp.experts.e.gate_proj/up_proj/down_proj``)."""
+    from safetensors.torch import load_file
+    from llmarch.model import load_pretrained
+    hf = _hf_model(config, torch.float64)
+    hf.save_pretrained(tmp_path)
+    saved = {name for path in tmp_path.glob("*.safetensors") for name in load_file(str(path))}
+    assert any(".experts.0." in name for name in saved) and not any("gate_up_proj" in name for name in saved)
     ids = _ids()
     with torch.no_grad():
-        torch.testing.assert_close(load_hf_state_dict(released, hf.config.to_dict())(ids),
-                                   load_hf_state_dict(fused, hf.config.to_dict())(ids), rtol=0, atol=0)
+        torch.testing.assert_close(load_pretrained(tmp_path)(ids),
+                                   load_hf_state_dict(hf.state_dict(), hf.config.to_dict())(ids), rtol=1e-12,
+                                   atol=1e-14)  # other memory layouts: rounding only
 
 
 def test_configs_llmarch_does_not_implement_are_refused():

@@ -117,3 +117,11 @@ def test_bad_inputs_are_named():
         _layer()(torch.randn(1, 3, 24, dtype=torch.float64), bias=torch.zeros(3, 3, dtype=torch.float64))
     with pytest.raises(ValueError, match="empty"):
         cached_numbers_per_token(KVCache(2))
+
+
+def test_a_config_survives_a_round_trip_through_plain_dicts():
+    """Checkpoints store ``dataclasses.asdict(config)``: the MoE and MLA parts come back as dicts."""
+    import dataclasses
+    config = _deepseek_tiny(n_shared_experts=1)
+    again = GPTConfig(**dataclasses.asdict(config))
+    assert again == config and isinstance(again.moe, MoEConfig) and isinstance(again.mla, MLAConfig)
