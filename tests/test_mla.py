@@ -77,7 +77,8 @@ def test_cached_absorbed_decoding_equals_the_full_forward_and_caches_latents_onl
 
 def _deepseek_tiny(**moe):
     return llama_config("llama-3-8b", vocab_size=40, context_length=64, d_model=24, n_layers=2, n_heads=3,
-                        n_kv_heads=3, d_ff=32, mla=MLA, moe=MoEConfig(n_experts=4, top_k=2, d_expert=8, router="sigmoid_bias", **moe))
+                        n_kv_heads=3, d_ff=32, mla=MLA,
+                        moe=MoEConfig(n_experts=4, top_k=2, d_expert=8, router="sigmoid_bias", **moe))
 
 
 def test_a_model_with_mla_decodes_with_its_latent_cache():

@@ -244,7 +244,8 @@ class MoEFeedForward(nn.Module):
         for e, expert in enumerate(self.experts):
             token_idx, slot = torch.where((experts == e) & keep)  # the tokens that chose expert e, and in which slot
             if len(token_idx):
-                out.index_add_(0, token_idx, (expert(tokens[token_idx]) * gates[token_idx, slot, None]).to(tokens.dtype))
+                expert_out = expert(tokens[token_idx]) * gates[token_idx, slot, None]
+                out.index_add_(0, token_idx, expert_out.to(tokens.dtype))
         if self.shared is not None:
             out = out + self.shared(tokens)
         return out.reshape(x.shape)
@@ -279,7 +280,8 @@ def update_expert_biases(model: nn.Module) -> None:
             layer.update_bias()
 
 
-def moe_parameter_counts(d_model: int, d_ff: int, n_experts: int, top_k: int, n_shared_experts: int = 0) -> dict[str, int]:
+def moe_parameter_counts(d_model: int, d_ff: int, n_experts: int, top_k: int,
+                         n_shared_experts: int = 0) -> dict[str, int]:
     """Parameters of one :class:`MoEFeedForward` layer: ``total`` (stored: router ``d_model * n_experts``
     plus ``n_experts + n_shared_experts`` SwiGLUs of ``3 d_model d_ff``) and ``active`` (used by one token: the
     router, ``top_k`` routed and the shared experts). Forward FLOPs per token are about ``2 * active``.

@@ -91,7 +91,8 @@ class GPTConfig:
         self.moe = MoEConfig(**self.moe) if isinstance(self.moe, dict) else self.moe
         self.mla = MLAConfig(**self.mla) if isinstance(self.mla, dict) else self.mla
         if self.mla is not None and self.pos_encoding != "rope":
-            raise ValueError(f"GPTConfig.mla needs pos_encoding='rope' (MLA's decoupled RoPE), got {self.pos_encoding!r}")
+            raise ValueError(f"GPTConfig.mla needs pos_encoding='rope' (MLA's decoupled RoPE), "
+                             f"got {self.pos_encoding!r}")
         if self.pos_encoding not in POS_ENCODINGS:
             raise ValueError(f"GPTConfig.pos_encoding must be one of {POS_ENCODINGS}, got {self.pos_encoding!r}")
         for name in ("vocab_size", "context_length", "d_model", "n_layers", "n_heads"):

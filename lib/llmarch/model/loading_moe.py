@@ -39,10 +39,11 @@ def moe_config_from_hf(keys, model_type: str) -> GPTConfig:
     keys.get("output_router_logits")  # whether transformers returns the router logits: no effect on the logits
     common = dict(vocab_size=keys.get("vocab_size", required=True), d_model=d_model, n_heads=n_heads,
                   context_length=keys.get("max_position_embeddings", 4096),
-                  n_layers=keys.get("num_hidden_layers", required=True), d_ff=keys.get("intermediate_size", required=True),
+                  n_layers=keys.get("num_hidden_layers", required=True),
+                  d_ff=keys.get("intermediate_size", required=True),
                   activation=hf._activation(keys, "hidden_act", "silu"), norm="rmsnorm",
-                  norm_eps=keys.get("rms_norm_eps", 1e-6), ffn="swiglu", tie_embeddings=keys.get("tie_word_embeddings", False),
-                  pos_encoding="rope", rope_layout="half", **hf._rope_options(keys))
+                  norm_eps=keys.get("rms_norm_eps", 1e-6), ffn="swiglu",
+                  tie_embeddings=keys.get("tie_word_embeddings", False), pos_encoding="rope", rope_layout="half", **hf._rope_options(keys))
     if model_type == "mixtral":
         keys.expect("head_dim", {None, d_model // n_heads}, None)
         keys.get("router_jitter_noise")
