@@ -43,7 +43,8 @@ def moe_config_from_hf(keys, model_type: str) -> GPTConfig:
                   d_ff=keys.get("intermediate_size", required=True),
                   activation=hf._activation(keys, "hidden_act", "silu"), norm="rmsnorm",
                   norm_eps=keys.get("rms_norm_eps", 1e-6), ffn="swiglu",
-                  tie_embeddings=keys.get("tie_word_embeddings", False), pos_encoding="rope", rope_layout="half", **hf._rope_options(keys))
+                  tie_embeddings=keys.get("tie_word_embeddings", False), pos_encoding="rope", rope_layout="half",
+                  **hf._rope_options(keys))
     if model_type == "mixtral":
         keys.expect("head_dim", {None, d_model // n_heads}, None)
         keys.get("router_jitter_noise")
