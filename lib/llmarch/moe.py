@@ -59,7 +59,9 @@ class MoEConfig:
     - ``balance_coef`` (Switch's alpha; Mixtral trains with 0.02 as ``router_aux_loss_coef``) and ``z_coef``
       (ST-MoE: 1e-3): the weights of :func:`load_balancing_loss` and the router z-loss in ``moe_aux_loss``.
     - ``bias_update_rate``: DeepSeek's gamma in :func:`update_expert_bias` (``sigmoid_bias`` only).
-    - ``capacity_factor``: ``None`` (no token is dropped) or the factor of :func:`expert_capacity`.
+    - ``capacity_factor``: ``None`` (no token is dropped) or the factor of :func:`expert_capacity`. The capacity
+      counts the tokens of one forward, so cached decoding (one token a step) drops none: it equals a full
+      forward only without dropping.
     - ``first_dense_layers``: the first layers keep a dense FFN (DeepSeek's ``first_k_dense_replace``).
     """
 
