@@ -196,8 +196,9 @@ class TransformerBlock(nn.Module):
     ``norm`` is ``layernorm`` or ``rmsnorm`` (eps ``eps``); ``ffn`` is ``mlp`` (:class:`FeedForward`) or
     ``swiglu`` (:class:`SwiGLU`, with ``activation`` as its gate); ``bias`` is the attention's, ``mlp_bias``
     the FFN's (default: ``bias``). ``pos_encoding``, ``rotary``, ``kerple_variant`` and ``qk_norm`` go to the
-    self-attention, ``attn_backend`` to both attentions (see ``MultiHeadAttention``).
-    Shapes: ``x (B, T, d_model)``, ``context (B, T_c, d_model)`` -> ``(B, T, d_model)``.
+    self-attention, ``attn_backend`` to both attentions (see ``MultiHeadAttention``). ``attn_module`` and
+    ``ffn_module`` replace the self-attention and the FFN (e.g. ``llmarch.mla``'s latent attention,
+    ``llmarch.moe``'s mixture of experts). Shapes: ``x (B, T, d_model)``, ``context (B, T_c, d_model)`` -> ``(B, T, d_model)``.
     """
 
     def __init__(
@@ -221,15 +222,17 @@ class TransformerBlock(nn.Module):
         kerple_variant: str = "log",
         qk_norm: bool = False,
         attn_backend: str = "reference",
+        attn_module: nn.Module | None = None,
+        ffn_module: nn.Module | None = None,
     ):
         super().__init__()
         if ffn not in FFNS:
             raise ValueError(f"ffn must be one of {FFNS}, got {ffn!r}")
         self.norm_first = norm_first
-        self.attn = MultiHeadAttention(d_model, n_heads, n_kv_heads=n_kv_heads, bias=bias, dropout=dropout,
-                                       pos_encoding=pos_encoding, rope_base=rope_base, rotary=rotary,
-                                       kerple_variant=kerple_variant, qk_norm=qk_norm, qk_norm_eps=eps,
-                                       backend=attn_backend)
+        self.attn = attn_module if attn_module is not None else MultiHeadAttention(
+            d_model, n_heads, n_kv_heads=n_kv_heads, bias=bias, dropout=dropout, pos_encoding=pos_encoding,
+            rope_base=rope_base, rotary=rotary, kerple_variant=kerple_variant, qk_norm=qk_norm, qk_norm_eps=eps,
+            backend=attn_backend)
         self.norm1 = _make_norm(norm, d_model, eps)
         if cross_attention:
             self.cross_attn = MultiHeadAttention(d_model, n_heads, n_kv_heads=n_kv_heads, bias=bias, dropout=dropout,
@@ -239,7 +242,7 @@ class TransformerBlock(nn.Module):
             self.cross_attn = None
         mlp_bias = bias if mlp_bias is None else mlp_bias
         ffn_class = FeedForward if ffn == "mlp" else SwiGLU
-        self.ffn = ffn_class(d_model, d_ff, activation=activation, bias=mlp_bias, dropout=dropout)
+        self.ffn = ffn_module if ffn_module is not None else ffn_class(d_model, d_ff, activation=activation, bias=mlp_bias, dropout=dropout)
         self.norm2 = _make_norm(norm, d_model, eps)
         self.dropout = nn.Dropout(dropout)
 

@@ -10,6 +10,8 @@ from dataclasses import dataclass
 
 from llmarch.efficient.dispatch import MODEL_BACKENDS
 from llmarch.layers import FFNS, NORMS, swiglu_hidden_size
+from llmarch.mla import MLAConfig
+from llmarch.moe import MoEConfig
 from llmarch.positional import KERPLE_VARIANTS, POS_ENCODINGS, RotaryEmbedding, check_rope_scaling
 
 __all__ = ["GPTConfig", "gpt1_config", "gpt2_config", "llama_config", "tiny_gpt_config", "ROPE_LAYOUTS"]
@@ -49,6 +51,10 @@ class GPTConfig:
     - ``attn_backend``: the attention kernel of every layer, one of ``llmarch.efficient.MODEL_BACKENDS``
       (``reference``, the default and the only one that returns attention weights; ``sdpa``, ``flash``,
       ``triton``, ``flex``, ``auto``); see ``llmarch.attention.MultiHeadAttention``.
+    - ``moe``: a :class:`llmarch.moe.MoEConfig` (or its fields as a dict) makes the FFN of every layer from
+      ``moe.first_dense_layers`` on a mixture of experts (Mixtral, DeepSeek-V3); ``mla``: a
+      :class:`llmarch.mla.MLAConfig` replaces every self-attention by multi-head latent attention (DeepSeek-V2/V3;
+      needs ``pos_encoding="rope"``).
     """
 
     vocab_size: int
@@ -77,9 +83,16 @@ class GPTConfig:
     sliding_window: int | None = None
     qk_norm: bool = False
     attn_backend: str = "reference"
+    moe: MoEConfig | None = None
+    mla: MLAConfig | None = None
 
     def __post_init__(self):
         check_attn_backend("GPTConfig", self.attn_backend)
+        self.moe = MoEConfig(**self.moe) if isinstance(self.moe, dict) else self.moe
+        self.mla = MLAConfig(**self.mla) if isinstance(self.mla, dict) else self.mla
+        if self.mla is not None and self.pos_encoding != "rope":
+            raise ValueError(f"GPTConfig.mla needs pos_encoding='rope' (MLA's decoupled RoPE), "
+                             f"got {self.pos_encoding!r}")
         if self.pos_encoding not in POS_ENCODINGS:
             raise ValueError(f"GPTConfig.pos_encoding must be one of {POS_ENCODINGS}, got {self.pos_encoding!r}")
         for name in ("vocab_size", "context_length", "d_model", "n_layers", "n_heads"):

@@ -20,7 +20,9 @@ from torch import nn
 from llmarch._checks import check_tensor, has_values, shape_str
 from llmarch.kv_cache import KVCache
 from llmarch.layers import TransformerBlock, _make_norm
+from llmarch.mla import MultiHeadLatentAttention
 from llmarch.model.config import GPTConfig, tiny_gpt_config
+from llmarch.moe import MoEFeedForward, moe_aux_loss
 from llmarch.positional import sinusoidal_encoding
 
 __all__ = ["GPT", "load_tiny_gpt", "count_parameters", "noam_lr", "perplexity", "TINY_GPT_CHECKPOINT"]
@@ -60,14 +62,20 @@ class GPT(nn.Module):
                 activation=c.ffn_activation, norm_first=c.norm_first, norm=c.norm, eps=c.norm_eps, ffn=c.ffn,
                 bias=c.bias, mlp_bias=c.mlp_bias, pos_encoding=c.pos_encoding, rope_base=c.rope_base,
                 rotary=rotary, kerple_variant=c.kerple_variant, qk_norm=c.qk_norm, attn_backend=c.attn_backend,
+                **_latent_attention_and_experts(c, layer),
             )
-            for _ in range(c.n_layers)
+            for layer in range(c.n_layers)
         )
         self.norm_f = _make_norm(c.norm, c.d_model, c.norm_eps) if c.norm_first else nn.Identity()
         self.lm_head = nn.Linear(c.d_model, c.vocab_size, bias=False)
         self.apply(self._init_weights)
         if c.tie_embeddings:
             self.lm_head.weight = self.tok_emb.weight
+
+    def aux_loss(self) -> torch.Tensor:
+        """The mixture-of-experts balancing terms of the last forward, with their coefficients, to add to the
+        training loss (``llmarch.moe.moe_aux_loss``; 0 for a dense model)."""
+        return moe_aux_loss(self)
 
     @staticmethod
     def _init_weights(module: nn.Module) -> None:
@@ -126,6 +134,19 @@ class GPT(nn.Module):
     def forward(self, idx: torch.Tensor, kv_cache: KVCache | None = None) -> torch.Tensor:
         """``idx (B, T)`` long token ids -> logits ``(B, T, vocab_size)`` (see :meth:`features`)."""
         return self.lm_head(self.features(idx, kv_cache))
+
+
+def _latent_attention_and_experts(c: GPTConfig, layer: int) -> dict:
+    """The modules that replace a block's self-attention (``c.mla``) and FFN (``c.moe``), as block arguments."""
+    out = {}
+    if c.mla is not None:
+        out["attn_module"] = MultiHeadLatentAttention(c.d_model, c.n_heads, c.mla, rope_base=c.rope_base,
+                                                      rope_scaling=c.rope_scaling,
+                                                      max_position_embeddings=c.context_length, bias=c.bias)
+    if c.moe is not None and c.moe.is_moe_layer(layer):
+        out["ffn_module"] = MoEFeedForward(c.d_model, c.moe.d_expert or c.ffn_hidden, activation=c.ffn_activation,
+                                           config=c.moe)
+    return out
 
 
 def count_parameters(module: nn.Module, exclude_embeddings: bool = False) -> int:

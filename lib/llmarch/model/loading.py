@@ -23,10 +23,11 @@ import torch
 from llmarch.model.bert import BertConfig, BertForMaskedLM, BertForQuestionAnswering, BertForSequenceClassification
 from llmarch.model.config import GPTConfig
 from llmarch.model.gpt import GPT
+from llmarch.model.loading_moe import MOE_MODEL_TYPES, MOE_WEIGHTS, moe_config_from_hf
 
 __all__ = ["config_from_hf", "load_hf_state_dict", "load_pretrained", "SUPPORTED_MODEL_TYPES"]
 
-SUPPORTED_MODEL_TYPES = ("gpt2", "llama", "gpt_neox", "bert", "mistral", "qwen3")
+SUPPORTED_MODEL_TYPES = ("gpt2", "llama", "gpt_neox", "bert", "mistral", "qwen3", *MOE_MODEL_TYPES)
 
 # Keys that do not change the forward pass at inference: metadata, tokens ids, generation, initialisation,
 # dropout, and the heads of other task classes.
@@ -159,6 +160,8 @@ def config_from_hf(config) -> GPTConfig | BertConfig:
             tie_embeddings=keys.get("tie_word_embeddings", False), pos_encoding="rope", rope_layout="half",
             **_rope_options(keys), sliding_window=sliding_window, qk_norm=model_type == "qwen3",
         )
+    elif model_type in MOE_MODEL_TYPES:
+        out = moe_config_from_hf(keys, model_type)
     elif model_type == "bert":
         keys.expect("position_embedding_type", {"absolute"}, "absolute")
         keys.expect("is_decoder", {False}, False)
@@ -333,7 +336,8 @@ def _bert_weights(sd: dict, c: BertConfig):
 
 _WEIGHT_MAPS = {"gpt2": _decoder_only(_gpt2_weights), "llama": _decoder_only(_llama_weights),
                 "gpt_neox": _decoder_only(_neox_weights), "bert": _bert_weights,
-                "mistral": _decoder_only(_llama_weights), "qwen3": _decoder_only(_llama_weights)}
+                "mistral": _decoder_only(_llama_weights), "qwen3": _decoder_only(_llama_weights),
+                **{name: _decoder_only(weights) for name, weights in MOE_WEIGHTS.items()}}
 
 
 def _shared_parameters(model: torch.nn.Module) -> dict[str, str]:
