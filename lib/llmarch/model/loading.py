@@ -1,11 +1,12 @@
-"""Loading official checkpoints (transformers' GPT-2, Llama and GPT-NeoX layouts into :class:`GPT`; BERT's into
-:class:`BertForMaskedLM`, :class:`BertForSequenceClassification` or :class:`BertForQuestionAnswering`).
+"""Loading official checkpoints (transformers' GPT-2, Llama, Mistral, Qwen2, Qwen3, Gemma 2, Gemma 3 (text),
+OLMo 2, Phi-3 and GPT-NeoX/Pythia layouts into :class:`GPT`; BERT's into :class:`BertForMaskedLM`,
+:class:`BertForSequenceClassification` or :class:`BertForQuestionAnswering`).
 
 Book: From GPT-2 to Llama 3, "Loading a real checkpoint". Book: Pretraining objectives, "The BERT encoder".
 
 ``config_from_hf(config_dict)`` reads a checkpoint's ``config.json`` (as a dict) into a :class:`GPTConfig`
 (a :class:`BertConfig` for BERT); ``load_hf_state_dict(state_dict, config_dict)`` renames (and, for GPT-2's
-``Conv1D`` and fused projections, transposes and splits) the weights into a model; ``load_pretrained(path)`` does
+``Conv1D`` and the fused projections of GPT-2, GPT-NeoX and Phi-3, transposes and splits) the weights into a model; ``load_pretrained(path)`` does
 both for a local folder of ``config.json`` and ``*.safetensors`` files. Nothing is downloaded. Every config key is
 either used, checked against the one value this library implements, or known to be irrelevant to the forward pass
 (metadata and training-only settings); any other key raises ``ValueError`` naming it, so a checkpoint is never run
@@ -202,7 +203,8 @@ def _config_dict(config) -> dict:
 
 
 def config_from_hf(config) -> GPTConfig | BertConfig:
-    """The :class:`GPTConfig` of a transformers ``config.json`` dict (``model_type`` gpt2, llama or gpt_neox), or
+    """The :class:`GPTConfig` of a transformers ``config.json`` dict (``model_type`` one of
+    ``SUPPORTED_MODEL_TYPES`` but ``bert``; see :func:`_llama_like` for the Llama-like families), or
     the :class:`BertConfig` of a ``bert`` one; a transformers config object is read through its ``to_dict()``.
     Raises ``ValueError`` naming an unsupported model type or key. BERT: only absolute positions
     (``position_embedding_type``), the encoder (``is_decoder``, ``add_cross_attention`` false) and a tied MLM
@@ -442,7 +444,7 @@ def load_hf_state_dict(state_dict: dict, config) -> torch.nn.Module:
     """A model holding the weights of a transformers checkpoint, in eval mode and in the weights' dtype.
 
     ``state_dict``: the checkpoint's tensors, with or without the base-model prefix: the names of
-    ``GPT2LMHeadModel``/``LlamaForCausalLM``/``GPTNeoXForCausalLM`` (-> :class:`GPT`), or of
+    ``GPT2LMHeadModel``, ``GPTNeoXForCausalLM``, or the ``...ForCausalLM`` of a Llama-like family (-> :class:`GPT`), or of
     ``BertForMaskedLM`` (-> :class:`BertForMaskedLM`; ``BertForPreTraining`` files too, without their NSP head),
     ``BertForSequenceClassification`` or ``BertForQuestionAnswering`` (-> the llmarch class of the same name).
     ``config``: its ``config.json`` as a dict (or a transformers config object), with RoPE settings as
