@@ -204,11 +204,10 @@ def test_published_gemma3_config_reads_its_two_ropes_and_pattern():
     gemma3(num_hidden_layers=13), gemma3(num_hidden_layers=4, sliding_window_pattern=2), phi3(), phi3(sliding_window=None),
 ])
 def test_layer_windows_follow_transformers_with_and_without_layer_types(config):
-    """transformers' per-layer list, and the family's rule when a config.json predates the list."""
-    expected = [t.removesuffix("_attention") for t in config.layer_types] if hasattr(config, "layer_types") else None
-    window = getattr(config, "sliding_window", None)
-    if window is None or expected is None or "sliding" not in expected:
-        expected = ["full"] * config.num_hidden_layers if window is None else ["sliding"] * config.num_hidden_layers
+    """transformers' per-layer list, and the family's rule when a config.json predates the list. In transformers a
+    layer slides iff its type is sliding_attention (Mistral, Phi-3: every layer) and sliding_window is set."""
+    types = getattr(config, "layer_types", None) or ["sliding_attention"] * config.num_hidden_layers
+    expected = ["sliding" if t == "sliding_attention" and config.sliding_window is not None else "full" for t in types]
     with_list = config.to_dict()
     without_list = {k: v for k, v in with_list.items() if k != "layer_types"}
     for form in (with_list, without_list):
