@@ -19,7 +19,7 @@ transformers = pytest.importorskip("transformers", reason="transformers is the t
 from test_hf_equivalence import DTYPES, VOCAB, _compare, _hf_in_float64, _hf_model, _ids  # noqa: E402
 
 from llmarch.decoding import generate  # noqa: E402
-from llmarch.model import GPT, config_from_hf, load_hf_state_dict  # noqa: E402
+from llmarch.model import GPT, config_from_hf, count_parameters, load_hf_state_dict  # noqa: E402
 
 SMALL = dict(vocab_size=VOCAB, hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
              num_key_value_heads=2, max_position_embeddings=64, rms_norm_eps=1e-5)
@@ -213,3 +213,47 @@ def test_layer_windows_follow_transformers_with_and_without_layer_types(config):
     for form in (with_list, without_list):
         c = config_from_hf(form)
         assert [c.layer_type(i) for i in range(c.n_layers)] == expected
+
+
+# Published config.json fields (older form, as the hub serves them); the oracle is transformers' own model built
+# from the same dict on the meta device, tied weights counted once.
+PUBLISHED = {
+    "Qwen2.5-0.5B": {
+        "model_type": "qwen2", "hidden_size": 896, "intermediate_size": 4864, "num_hidden_layers": 24,
+        "num_attention_heads": 14, "num_key_value_heads": 2, "vocab_size": 151936, "max_position_embeddings": 32768,
+        "max_window_layers": 24, "sliding_window": 32768, "use_sliding_window": False, "rope_theta": 1000000.0,
+        "rms_norm_eps": 1e-6, "tie_word_embeddings": True, "hidden_act": "silu", "attention_dropout": 0.0},
+    "Qwen3-0.6B": {
+        "model_type": "qwen3", "hidden_size": 1024, "intermediate_size": 3072, "num_hidden_layers": 28,
+        "num_attention_heads": 16, "num_key_value_heads": 8, "head_dim": 128, "vocab_size": 151936,
+        "max_position_embeddings": 40960, "max_window_layers": 28, "sliding_window": None, "use_sliding_window": False,
+        "rope_theta": 1000000, "rms_norm_eps": 1e-6, "tie_word_embeddings": True, "attention_bias": False},
+    "gemma-2-2b": {
+        "model_type": "gemma2", "hidden_size": 2304, "intermediate_size": 9216, "num_hidden_layers": 26,
+        "num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 256, "vocab_size": 256000,
+        "hidden_act": "gelu_pytorch_tanh", "hidden_activation": "gelu_pytorch_tanh", "query_pre_attn_scalar": 256,
+        "sliding_window": 4096, "final_logit_softcapping": 30.0, "attn_logit_softcapping": 50.0,
+        "max_position_embeddings": 8192, "rms_norm_eps": 1e-6, "rope_theta": 10000.0, "cache_implementation": "hybrid"},
+    "Phi-3-mini-4k": {
+        "model_type": "phi3", "hidden_size": 3072, "intermediate_size": 8192, "num_hidden_layers": 32,
+        "num_attention_heads": 32, "num_key_value_heads": 32, "vocab_size": 32064, "max_position_embeddings": 4096,
+        "original_max_position_embeddings": 4096, "sliding_window": 2047, "rope_theta": 10000.0, "rope_scaling": None,
+        "rms_norm_eps": 1e-5, "hidden_act": "silu", "tie_word_embeddings": False, "embd_pdrop": 0.0,
+        "resid_pdrop": 0.0},
+    "OLMo-2-1B": {
+        "model_type": "olmo2", "hidden_size": 2048, "intermediate_size": 8192, "num_hidden_layers": 16,
+        "num_attention_heads": 16, "num_key_value_heads": 16, "vocab_size": 100352, "max_position_embeddings": 4096,
+        "rope_theta": 500000, "rms_norm_eps": 1e-6, "attention_bias": False, "tie_word_embeddings": False},
+}
+
+
+@pytest.mark.parametrize("name", sorted(PUBLISHED))
+def test_published_configs_build_models_of_transformers_size(name):
+    published = PUBLISHED[name]
+    with torch.device("meta"):
+        ours = GPT(config_from_hf(published))
+        config = transformers.AutoConfig.for_model(**published)
+        theirs = transformers.AutoModelForCausalLM.from_config(config)
+    assert count_parameters(ours) == sum(p.numel() for p in theirs.parameters())
+    if name == "gemma-2-2b":
+        assert count_parameters(ours) == 2_614_341_888  # the model card's count
