@@ -189,7 +189,8 @@ def test_published_gemma3_config_reads_its_two_ropes_and_pattern():
         "num_hidden_layers": 34, "num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 256,
         "hidden_activation": "gelu_pytorch_tanh", "max_position_embeddings": 131072, "rms_norm_eps": 1e-6,
         "query_pre_attn_scalar": 256, "sliding_window": 1024, "sliding_window_pattern": 6,
-        "rope_theta": 1000000.0, "rope_local_base_freq": 10000.0, "rope_scaling": {"factor": 8.0, "rope_type": "linear"},
+        "rope_theta": 1000000.0, "rope_local_base_freq": 10000.0,
+        "rope_scaling": {"factor": 8.0, "rope_type": "linear"},
         "attn_logit_softcapping": None, "final_logit_softcapping": None, "cache_implementation": "hybrid",
     }
     c = config_from_hf(published)
@@ -199,9 +200,10 @@ def test_published_gemma3_config_reads_its_two_ropes_and_pattern():
 
 
 @pytest.mark.parametrize("config", [
-    qwen2(), qwen2(max_window_layers=0), qwen2(use_sliding_window=False), qwen3_head_dim_32(num_hidden_layers=5,
-    use_sliding_window=True, sliding_window=3, max_window_layers=3), gemma2(num_hidden_layers=5),
-    gemma3(num_hidden_layers=13), gemma3(num_hidden_layers=4, sliding_window_pattern=2), phi3(), phi3(sliding_window=None),
+    qwen2(), qwen2(max_window_layers=0), qwen2(use_sliding_window=False),
+    qwen3_head_dim_32(num_hidden_layers=5, use_sliding_window=True, sliding_window=3, max_window_layers=3),
+    gemma2(num_hidden_layers=5), gemma3(num_hidden_layers=13), gemma3(num_hidden_layers=4, sliding_window_pattern=2),
+    phi3(), phi3(sliding_window=None),
 ])
 def test_layer_windows_follow_transformers_with_and_without_layer_types(config):
     """transformers' per-layer list, and the family's rule when a config.json predates the list. In transformers a

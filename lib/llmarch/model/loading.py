@@ -4,13 +4,13 @@ OLMo 2, Phi-3 and GPT-NeoX/Pythia layouts into :class:`GPT`; BERT's into :class:
 
 Book: From GPT-2 to Llama 3, "Loading a real checkpoint". Book: Pretraining objectives, "The BERT encoder".
 
-``config_from_hf(config_dict)`` reads a checkpoint's ``config.json`` (as a dict) into a :class:`GPTConfig`
-(a :class:`BertConfig` for BERT); ``load_hf_state_dict(state_dict, config_dict)`` renames (and, for GPT-2's
-``Conv1D`` and the fused projections of GPT-2, GPT-NeoX and Phi-3, transposes and splits) the weights into a model; ``load_pretrained(path)`` does
-both for a local folder of ``config.json`` and ``*.safetensors`` files. Nothing is downloaded. Every config key is
-either used, checked against the one value this library implements, or known to be irrelevant to the forward pass
-(metadata and training-only settings); any other key raises ``ValueError`` naming it, so a checkpoint is never run
-as a different architecture silently.
+``config_from_hf(config_dict)`` reads a checkpoint's ``config.json`` (as a dict) into a :class:`GPTConfig` (a
+:class:`BertConfig` for BERT); ``load_hf_state_dict(state_dict, config_dict)`` renames (and, for GPT-2's ``Conv1D``
+and the fused projections of GPT-2, GPT-NeoX and Phi-3, transposes and splits) the weights into a model;
+``load_pretrained(path)`` does both for a local folder of ``config.json`` and ``*.safetensors`` files. Nothing is
+downloaded. Every config key is either used, checked against the one value this library implements, or known to be
+irrelevant to the forward pass (metadata and training-only settings); any other key raises ``ValueError`` naming it,
+so a checkpoint is never run as a different architecture silently.
 """
 
 from __future__ import annotations
@@ -444,7 +444,8 @@ def load_hf_state_dict(state_dict: dict, config) -> torch.nn.Module:
     """A model holding the weights of a transformers checkpoint, in eval mode and in the weights' dtype.
 
     ``state_dict``: the checkpoint's tensors, with or without the base-model prefix: the names of
-    ``GPT2LMHeadModel``, ``GPTNeoXForCausalLM``, or the ``...ForCausalLM`` of a Llama-like family (-> :class:`GPT`), or of
+    ``GPT2LMHeadModel``, ``GPTNeoXForCausalLM``, or the ``...ForCausalLM`` of a Llama-like family
+    (-> :class:`GPT`), or of
     ``BertForMaskedLM`` (-> :class:`BertForMaskedLM`; ``BertForPreTraining`` files too, without their NSP head),
     ``BertForSequenceClassification`` or ``BertForQuestionAnswering`` (-> the llmarch class of the same name).
     ``config``: its ``config.json`` as a dict (or a transformers config object), with RoPE settings as
