@@ -34,6 +34,11 @@ def qwen3_head_dim_32(**kw):
     return transformers.Qwen3Config(**{**SMALL, "head_dim": 32, **kw})  # 4 heads of 32 from a hidden size of 64
 
 
+def gemma(**kw):
+    return transformers.GemmaConfig(**{**SMALL, "head_dim": 24, "pad_token_id": 0, "eos_token_id": 1,
+                                       "bos_token_id": 2, **kw})
+
+
 def gemma2(**kw):
     return transformers.Gemma2Config(**{**SMALL, "num_hidden_layers": 3, "head_dim": 24, "sliding_window": 4,
                                         "query_pre_attn_scalar": 20, "attn_logit_softcapping": 2.0,
@@ -75,7 +80,7 @@ def _hf_gemma2(dtype, seed=0):
     return hf
 
 
-FAMILIES = {"qwen2": qwen2, "qwen3-head-dim": qwen3_head_dim_32, "gemma2": gemma2, "gemma3": gemma3,
+FAMILIES = {"qwen2": qwen2, "qwen3-head-dim": qwen3_head_dim_32, "gemma": gemma, "gemma2": gemma2, "gemma3": gemma3,
             "olmo2": olmo2, "phi3": phi3, "pythia": pythia}
 
 
@@ -97,6 +102,13 @@ def test_qwen3_with_head_dim_above_d_model_over_heads_matches_transformers(dtype
     """Qwen3-0.6B's shape in small: 4 heads of 32 features from a hidden size of 64 (q_proj 64 -> 128)."""
     ours = _compare(_hf_model(qwen3_head_dim_32(), dtype), _ids(length=24), dtype)
     assert ours.config.d_head == 32 and ours.blocks[0].attn.q_proj.weight.shape == (128, 64)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_gemma_matches_transformers(dtype):
+    """Gemma (1): GeGLU, RMSNorm with gain 1 + w, embeddings times sqrt(64), head_dim 24 != 64/4, tied output."""
+    ours = _compare(_hf_model(gemma(), dtype), _ids(length=24), dtype)
+    assert ours.config.norm == "rmsnorm_offset" and ours.lm_head.weight is ours.tok_emb.weight
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -153,7 +165,8 @@ def test_greedy_generation_matches_transformers_with_and_without_the_cache(famil
 @pytest.mark.parametrize("family,field,value", [
     ("gemma2", "attn_softcap", None), ("gemma2", "final_softcap", None), ("gemma2", "norm_placement", "pre"),
     ("gemma2", "layer_types", None), ("gemma2", "scale_embeddings", False), ("gemma2", "attn_scale", None),
-    ("gemma3", "rope_local_base", None), ("gemma3", "qk_norm", "projection"), ("olmo2", "qk_norm", "head"),
+    ("gemma", "norm", "rmsnorm"), ("gemma3", "rope_local_base", None), ("gemma3", "qk_norm", "projection"),
+    ("olmo2", "qk_norm", "head"),
     ("olmo2", "norm_placement", "sandwich"), ("pythia", "parallel_residual", False),
 ])
 def test_each_family_feature_changes_the_logits(family, field, value):

@@ -1,4 +1,4 @@
-"""Loading official checkpoints (transformers' GPT-2, Llama, Mistral, Qwen2, Qwen3, Gemma 2, Gemma 3 (text),
+"""Loading official checkpoints (transformers' GPT-2, Llama, Mistral, Qwen2, Qwen3, Gemma, Gemma 2, Gemma 3 (text),
 OLMo 2, Phi-3 and GPT-NeoX/Pythia layouts into :class:`GPT`; BERT's into :class:`BertForMaskedLM`,
 :class:`BertForSequenceClassification` or :class:`BertForQuestionAnswering`).
 
@@ -27,10 +27,10 @@ from llmarch.model.gpt import GPT
 
 __all__ = ["config_from_hf", "load_hf_state_dict", "load_pretrained", "SUPPORTED_MODEL_TYPES"]
 
-SUPPORTED_MODEL_TYPES = ("gpt2", "llama", "gpt_neox", "bert", "mistral", "qwen3", "qwen2", "gemma2", "gemma3_text",
-                         "olmo2", "phi3")
+SUPPORTED_MODEL_TYPES = ("gpt2", "llama", "gpt_neox", "bert", "mistral", "qwen3", "qwen2", "gemma", "gemma2",
+                         "gemma3_text", "olmo2", "phi3")
 # Llama's layout (RMSNorm, SwiGLU/GeGLU, rotate-half RoPE) with the differences config_from_hf reads per family.
-_LLAMA_LIKE = ("llama", "mistral", "qwen2", "qwen3", "gemma2", "gemma3_text", "olmo2", "phi3")
+_LLAMA_LIKE = ("llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3_text", "olmo2", "phi3")
 
 # Keys that do not change the forward pass at inference: metadata, tokens ids, generation, initialisation,
 # dropout, and the heads of other task classes.
@@ -106,8 +106,8 @@ def _windows(keys: _Keys, model_type: str, n_layers: int) -> dict:
     ``sliding_attention`` or ``full_attention`` (``layer_types``); older configs leave the list out and it follows
     the family's rule: Mistral and Phi-3 window every layer; Qwen 2/3 the layers from ``max_window_layers`` on,
     only with ``use_sliding_window``; Gemma 2 every other layer, from the first; Gemma 3 five of every six
-    (``sliding_window_pattern``). Llama and OLMo 2 have no window (such a key is refused as unknown)."""
-    if model_type in ("llama", "olmo2"):
+    (``sliding_window_pattern``). Llama, Gemma (1) and OLMo 2 have no window (such a key is refused as unknown)."""
+    if model_type in ("llama", "gemma", "olmo2"):
         return {"sliding_window": None, "layer_types": None}
     window, types = keys.get("sliding_window"), keys.get("layer_types")
     if model_type in ("qwen2", "qwen3"):
@@ -150,17 +150,21 @@ def _gemma3_rope(keys: _Keys) -> dict:
 
 def _llama_like(keys: _Keys, model_type: str) -> GPTConfig:
     """A :class:`GPTConfig` for Llama and the families that change parts of it: Mistral (sliding window), Qwen2
-    (q, k, v biases, no o bias), Qwen3 (per-head QK-norm), Gemma 2 (GeGLU, 1 + w RMSNorm, sandwich norms,
-    scaled embeddings, ``query_pre_attn_scalar``, soft-capping, alternating windows), Gemma 3 (as Gemma 2 with
-    per-head QK-norm, 5:1 windows, two RoPE bases), OLMo 2 (norms on the outputs, QK-norm over the whole
-    projections), Phi-3 (fused projections, which the weight map splits; partial rotary)."""
+    (q, k, v biases, no o bias), Qwen3 (per-head QK-norm), Gemma (GeGLU, 1 + w RMSNorm, scaled embeddings),
+    Gemma 2 (as Gemma with sandwich norms, ``query_pre_attn_scalar``, soft-capping, alternating windows), Gemma 3
+    (as Gemma 2 with per-head QK-norm, 5:1 windows, two RoPE bases), OLMo 2 (norms on the outputs, QK-norm over the
+    whole projections), Phi-3 (fused projections, which the weight map splits; partial rotary)."""
     d_model, n_heads = keys.get("hidden_size", required=True), keys.get("num_attention_heads", required=True)
     n_layers = keys.get("num_hidden_layers", required=True)
     head_dim = keys.get("head_dim")
     if head_dim is not None and d_model % n_heads == 0 and head_dim == d_model // n_heads:
         head_dim = None  # the default
-    gemma = model_type in ("gemma2", "gemma3_text")
-    if gemma:
+    gemma = model_type in ("gemma", "gemma2", "gemma3_text")
+    if model_type == "gemma":
+        keys.expect("use_bidirectional_attention", {None, False}, None)
+        family = dict(activation=_activation(keys, "hidden_act", "gelu_pytorch_tanh"), norm="rmsnorm_offset",
+                      scale_embeddings=True)
+    elif gemma:
         keys.get("hidden_act")  # older Gemma configs repeat hidden_activation under this name; transformers ignores it
         keys.expect("use_bidirectional_attention", {None, False}, None)
         family = dict(activation=_activation(keys, "hidden_activation", "gelu_pytorch_tanh"), norm="rmsnorm_offset",
