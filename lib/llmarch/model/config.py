@@ -95,7 +95,7 @@ class GPTConfig:
     scale_embeddings: bool = False
     kerple_variant: str = "log"
     sliding_window: int | None = None
-    qk_norm: bool = False
+    qk_norm: bool | str = False
     attn_backend: str = "reference"
     head_dim: int | None = None
     attn_out_bias: bool | None = None
