@@ -4,8 +4,9 @@ GPT-NeoX (partial rotary), built from configs with random weights (nothing is do
 
 Tolerances: ``max |ours - theirs| <= tol * max |theirs|`` with ``tol = 1e-5`` in float32 and ``1e-10`` in float64.
 transformers computes RMSNorm, the RoPE angles and the softmax in float32 even for a float64 model; for the
-float64 comparison its code runs with ``torch.float32`` rebound to ``torch.float64`` and float64 as the default
-dtype (``_hf_in_float64``), so the oracle is still transformers' code, only without its float32 islands.
+float64 comparison its code runs with ``torch.float32`` rebound to ``torch.float64``, ``Tensor.float()`` casting
+to float64 (Gemma's norms) and float64 as the default dtype (``_hf_in_float64``), so the oracle is still
+transformers' code, only without its float32 islands.
 """
 
 from __future__ import annotations
@@ -37,14 +38,16 @@ def _hf_in_float64(dtype):
     if dtype != torch.float64:
         yield
         return
-    saved = torch.float32, torch.float, torch.get_default_dtype()
+    saved = torch.float32, torch.float, torch.get_default_dtype(), torch.Tensor.float
     torch.float32 = torch.float = torch.float64
+    torch.Tensor.float = lambda self, *args, **kwargs: self.to(torch.float64)
     torch.set_default_dtype(torch.float64)  # e.g. dynamic NTK's base, computed from an integer tensor
     try:
         yield
     finally:
         torch.float32, torch.float = saved[:2]
         torch.set_default_dtype(saved[2])
+        torch.Tensor.float = saved[3]
 
 
 def _hf_model(config, dtype, seed=0):
@@ -147,7 +150,7 @@ def test_both_rope_config_forms_give_the_same_model():
 @pytest.mark.parametrize("change,message", [
     ({"sliding_window": 4096}, "sliding_window"),
     ({"model_type": "bloom"}, "bloom"),
-    ({"head_dim": 8}, "head_dim"),
+    ({"head_dim": 0}, "head_dim"),
     ({"rope_parameters": {"rope_type": "longrope", "factor": 2.0, "rope_theta": 1e4}}, "longrope"),
     ({"rope_parameters": {"rope_type": "linear", "factor": 2.0, "rope_theta": 1e4, "beta": 3}}, "beta"),
 ])
@@ -318,11 +321,3 @@ def test_qwen3_qk_norm_matches_transformers(dtype):
                                       max_position_embeddings=32, rms_norm_eps=1e-5)
     ours = _compare(_hf_model(config, dtype), _ids(length=24), dtype)
     assert ours.config.qk_norm and ours.blocks[0].attn.q_norm.weight.shape == (16,)
-
-
-def test_windows_llmarch_does_not_model_are_refused():
-    config = transformers.Qwen3Config(vocab_size=VOCAB, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
-                                      num_attention_heads=4, head_dim=16, use_sliding_window=True,
-                                      sliding_window=8).to_dict()
-    with pytest.raises(ValueError, match="use_sliding_window"):
-        config_from_hf(config)

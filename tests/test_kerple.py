@@ -171,3 +171,14 @@ def test_flex_score_mod_matches_the_bias(variant, t_q, t_k):
     scores = q @ k.transpose(-1, -2) / math.sqrt(8) + kerple_bias(3, t_q, t_k, variant, r1, r2)
     scores = scores.masked_fill(~torch.ones(t_q, t_k, dtype=torch.bool).tril(offset), -math.inf)
     torch.testing.assert_close(out, torch.softmax(scores, -1) @ v, rtol=1e-10, atol=1e-10)
+
+
+@pytest.mark.parametrize("variant,r1_high,r2_high", [("log", 2.0, 1.0), ("power", 1.0, 2.0)])
+def test_initial_parameters_follow_the_authors_ranges(variant, r1_high, r2_high):
+    """The authors' code (chijames/KERPLE, megatron/mpu/layers.py) draws the log kernel's coefficient and the power
+    kernel's exponent from U(0, 2) and the other parameter from U(0, 1): -p log(1 + a n) and -a n^p."""
+    torch.manual_seed(0)
+    module = KerpleBias(4000, variant)
+    for r, high in ((module.r1.detach(), r1_high), (module.r2.detach(), r2_high)):
+        assert 0.01 - 1e-6 <= r.min() and r.max() <= high + 1e-6 and r.max() > 0.95 * high
+        assert abs(float(r.mean()) - high / 2) < 0.05 * high  # uniform, not piled at one end

@@ -22,6 +22,7 @@ from llmarch._checks import check_tensor, shape_str
 from llmarch.efficient.dispatch import MODEL_BACKENDS, attention
 from llmarch.positional import POS_ENCODINGS, ALiBi, KerpleBias, RotaryEmbedding, T5RelativeBias
 from llmarch.reference_attention import causal_mask, scaled_dot_product_attention, softmax, to_additive_mask
+from llmarch.stability import soft_cap
 
 __all__ = [
     "softmax",
@@ -30,6 +31,7 @@ __all__ = [
     "scaled_dot_product_attention",
     "MultiHeadAttention",
     "multi_head_attention_additive",
+    "softcapped_attention",
     "set_attention_backend",
     "attention_backend",
 ]
@@ -64,6 +66,14 @@ class MultiHeadAttention(nn.Module):
     ``"triton"``, ``"flex"`` and ``"auto"`` compute the same result without forming them (SDPA and Flex share
     key/value heads without repeating them). A mask, a bias or attention dropout that a backend cannot take
     raises an error that names the backends that can. Change it later with :func:`set_attention_backend`.
+
+    Later families: ``d_head`` need not be ``d_model / n_heads`` (Qwen3, Gemma, Mistral-Nemo); ``out_bias`` is
+    ``o_proj``'s bias (default ``bias``; Qwen2 has q, k, v biases and none on ``o_proj``); ``scale`` replaces
+    ``1/sqrt(d_head)`` (Gemma: ``query_pre_attn_scalar^-1/2``); ``softcap`` soft-caps the scores before the mask,
+    ``cap * tanh(s / cap)`` (Gemma 2, :func:`softcapped_attention`; reference backend only). ``qk_norm`` is
+    ``"head"`` (``True``; Qwen3, Gemma 3: each head's q and k normalised over its ``d_head`` features, before
+    RoPE) or ``"projection"`` (OLMo 2: the whole q and k projections, all heads together, before the split);
+    ``qk_norm_kind`` is ``rmsnorm`` or Gemma's ``rmsnorm_offset`` (see ``llmarch.layers.make_norm``).
     """
 
     def __init__(
@@ -81,9 +91,13 @@ class MultiHeadAttention(nn.Module):
         t5_max_distance: int = 128,
         rotary: RotaryEmbedding | None = None,
         kerple_variant: str = "log",
-        qk_norm: bool = False,
+        qk_norm: bool | str = False,
         qk_norm_eps: float = 1e-6,
         backend: str = "reference",
+        out_bias: bool | None = None,
+        scale: float | None = None,
+        softcap: float | None = None,
+        qk_norm_kind: str = "rmsnorm",
     ):
         super().__init__()
         _check_backend(backend)
@@ -103,7 +117,10 @@ class MultiHeadAttention(nn.Module):
         self.q_proj = nn.Linear(d_model, n_heads * d_head, bias=bias)
         self.k_proj = nn.Linear(d_context, n_kv_heads * d_head, bias=bias)
         self.v_proj = nn.Linear(d_context, n_kv_heads * d_head, bias=bias)
-        self.o_proj = nn.Linear(n_heads * d_head, d_model, bias=bias)
+        self.o_proj = nn.Linear(n_heads * d_head, d_model, bias=bias if out_bias is None else out_bias)
+        self.scale, self.softcap = scale, softcap
+        if softcap is not None and not softcap > 0:
+            raise ValueError(f"softcap must be positive or None, got {softcap!r}")
         self.dropout = nn.Dropout(dropout)
         self.pos_encoding, self.rope_base = pos_encoding, rope_base
         self.rotary = None
@@ -117,9 +134,18 @@ class MultiHeadAttention(nn.Module):
         elif pos_encoding == "kerple":
             self.relative_bias = KerpleBias(n_heads, kerple_variant)
         # QK-norm (Dehghani et al., 2023; Gemma 3, Qwen3): RMSNorm of each head's query and key, before RoPE,
-        # which bounds the attention logits by |g_q| |g_k| sqrt(d_head) whatever the weights grow to.
-        self.q_norm = nn.RMSNorm(d_head, eps=qk_norm_eps) if qk_norm else None
-        self.k_norm = nn.RMSNorm(d_head, eps=qk_norm_eps) if qk_norm else None
+        # which bounds the attention logits by |g_q| |g_k| sqrt(d_head) whatever the weights grow to. OLMo 2
+        # normalises the whole projections instead: a head's q may then be large if the others' are small.
+        self.qk_norm = {True: "head", False: None}.get(qk_norm, qk_norm)
+        if self.qk_norm not in (None, "head", "projection"):
+            raise ValueError(f"qk_norm must be False, True/'head' or 'projection', got {qk_norm!r}")
+        self.q_norm = self.k_norm = None
+        if self.qk_norm is not None:
+            from llmarch.layers import make_norm  # llmarch.layers imports this module
+
+            per_head = self.qk_norm == "head"
+            self.q_norm = make_norm(qk_norm_kind, d_head if per_head else n_heads * d_head, qk_norm_eps)
+            self.k_norm = make_norm(qk_norm_kind, d_head if per_head else n_kv_heads * d_head, qk_norm_eps)
         self.alibi = ALiBi(n_heads) if pos_encoding == "alibi" else None
 
     def split_heads(self, x: torch.Tensor, n_heads: int) -> torch.Tensor:
@@ -139,10 +165,12 @@ class MultiHeadAttention(nn.Module):
                 f"context has shape {shape_str(context.shape)} but x has shape {shape_str(x.shape)}: "
                 f"expected ({x.shape[0]}, T_context, {self.d_context})"
             )
-        q = self.split_heads(self.q_proj(x), self.n_heads)
-        k = self.split_heads(self.k_proj(context), self.n_kv_heads)
+        q, k = self.q_proj(x), self.k_proj(context)
+        if self.qk_norm == "projection":
+            q, k = self.q_norm(q), self.k_norm(k)
+        q, k = self.split_heads(q, self.n_heads), self.split_heads(k, self.n_kv_heads)
         v = self.split_heads(self.v_proj(context), self.n_kv_heads)
-        if self.q_norm is not None:
+        if self.qk_norm == "head":
             q, k = self.q_norm(q), self.k_norm(k)
         return q, k, v
 
@@ -183,9 +211,13 @@ class MultiHeadAttention(nn.Module):
             v = v.repeat_interleave(group, dim=1)
         if mask is not None and mask.dim() == 3:  # (B, T_q, T_k): the same mask for every head
             mask = mask.unsqueeze(1)
-        out, weights = scaled_dot_product_attention(
-            q, k, v, mask=mask, bias=bias, is_causal=is_causal, return_weights=True
-        )
+        if self.softcap is not None:
+            out, weights = softcapped_attention(q, k, v, self.softcap, mask=mask, bias=bias, is_causal=is_causal,
+                                                scale=self.scale)
+        else:
+            out, weights = scaled_dot_product_attention(
+                q, k, v, mask=mask, bias=bias, is_causal=is_causal, scale=self.scale, return_weights=True
+            )
         if self.training and self.dropout.p > 0:
             weights = self.dropout(weights)
             out = torch.matmul(weights, v)
@@ -196,12 +228,14 @@ class MultiHeadAttention(nn.Module):
         shared, not repeated, where the kernel allows it; with ``is_causal`` the queries are the last ``T_q`` of
         the ``T_k`` positions (bottom-right causal mask, as in cached decoding); an additive (float) mask joins
         the bias. Returns ``(B, H, T_q, d)``."""
+        if self.softcap is not None:
+            raise ValueError(f"backend {self.backend!r} cannot soft-cap the attention scores: use backend='reference'")
         if mask is not None and mask.dim() == 3:  # (B, T_q, T_k): the same mask for every head
             mask = mask.unsqueeze(1)
         if mask is not None and mask.dtype != torch.bool:
             check_tensor("mask", mask, floating=True)
             bias, mask = (mask if bias is None else bias + mask), None
-        return attention(q, k, v, mask=mask, is_causal=is_causal, backend=self.backend, bias=bias,
+        return attention(q, k, v, mask=mask, is_causal=is_causal, backend=self.backend, scale=self.scale, bias=bias,
                          causal_offset=k.shape[-2] - q.shape[-2], dropout_p=self.dropout.p if self.training else 0.0)
 
     def forward(
@@ -246,6 +280,24 @@ class MultiHeadAttention(nn.Module):
         b, _, t, _ = heads.shape
         out = self.o_proj(heads.transpose(1, 2).reshape(b, t, self.n_heads * self.d_head))
         return (out, weights) if return_weights else out
+
+
+def softcapped_attention(q, k, v, cap: float, mask=None, bias=None, is_causal: bool = False, scale=None):
+    """Attention with soft-capped scores (Gemma 2): ``softmax(cap * tanh(s / cap) + bias + M) v`` with
+    ``s = q k^T * scale`` (default ``1/sqrt(d)``), so no score leaves ``(-cap, cap)`` before the mask.
+
+    Book: From GPT-2 to Llama 3, "After Llama 3". Shapes and ``mask``/``bias``/``is_causal`` as
+    :func:`scaled_dot_product_attention` (per-head ``q (..., t_q, d)``, ``k, v (..., t_k, d)``); returns the
+    output and the weights ``(..., t_q, t_k)``.
+    """
+    scale = q.shape[-1] ** -0.5 if scale is None else scale
+    compute = torch.promote_types(q.dtype, torch.float32)
+    capped = soft_cap(torch.matmul(q.to(compute), k.to(compute).transpose(-2, -1)) * scale, cap)
+    bias = capped if bias is None else capped + bias.to(compute)
+    # the capped scores are the bias of attention with zero queries: the mask logic stays in one place
+    out, weights = scaled_dot_product_attention(torch.zeros_like(q, dtype=compute), k.to(compute), v.to(compute),
+                                                mask=mask, bias=bias, is_causal=is_causal, return_weights=True)
+    return out.to(q.dtype), weights.to(q.dtype)
 
 
 def multi_head_attention_additive(

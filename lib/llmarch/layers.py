@@ -23,6 +23,8 @@ __all__ = [
     "FeedForward",
     "SwiGLU",
     "swiglu_hidden_size",
+    "OffsetRMSNorm",
+    "make_norm",
     "TransformerBlock",
     "TransformerBlockEq3",
 ]
@@ -170,15 +172,38 @@ class SwiGLU(nn.Module):
         return self.w2(self.dropout(_ACTIVATIONS[self.activation](self.w1(x)) * self.w3(x)))
 
 
-NORMS = ("layernorm", "rmsnorm")
+NORMS = ("layernorm", "rmsnorm", "rmsnorm_offset")
 FFNS = ("mlp", "swiglu")
+# Where a block's norms sit (see TransformerBlock); "pre"/"post" are norm_first=True/False.
+NORM_PLACEMENTS = ("pre", "post", "sandwich", "output")
 
 
-def _make_norm(kind: str, d_model: int, eps: float) -> nn.Module:
+class OffsetRMSNorm(nn.Module):
+    """RMSNorm whose gain is ``1 + w`` (Gemma; ``w`` starts at zero): ``y = x / sqrt(mean_i x_i^2 + eps) * (1 + w)``.
+
+    Book: From GPT-2 to Llama 3, "After Llama 3". As Gemma's code does, the gain multiplies in float32 (at least)
+    before the cast back to ``x``'s dtype. Shapes: ``(..., d) -> (..., d)``.
+    """
+
+    def __init__(self, d: int, eps: float = 1e-6):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.zeros(d))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        xf = _float32_at_least(x)
+        normed = xf * torch.rsqrt((xf**2).mean(dim=-1, keepdim=True) + self.eps)
+        return (normed * (1.0 + self.weight.to(xf.dtype))).to(x.dtype)
+
+
+def make_norm(kind: str, d_model: int, eps: float) -> nn.Module:
+    """The norm ``kind`` (one of ``NORMS``) over ``d_model`` features."""
     if kind == "layernorm":
         return nn.LayerNorm(d_model, eps=eps)
     if kind == "rmsnorm":
         return nn.RMSNorm(d_model, eps=eps)
+    if kind == "rmsnorm_offset":
+        return OffsetRMSNorm(d_model, eps=eps)
     raise ValueError(f"norm must be one of {NORMS}, got {kind!r}")
 
 
@@ -191,14 +216,20 @@ class TransformerBlock(nn.Module):
         ``x = LN(x + SelfAttn(x))``; ``x = LN(x + CrossAttn(x, c))``; ``x = LN(x + FFN(x))``.
     Pre-LN (``norm_first=True``, GPT-2 and later; Xiong et al., 2020):
         ``x = x + SelfAttn(LN(x))``; ``x = x + CrossAttn(LN(x), c)``; ``x = x + FFN(LN(x))``.
+    ``norm_placement`` (when given, it replaces ``norm_first``) also has two later forms:
+        ``"sandwich"`` (Gemma 2 and 3): ``x = x + N'(SelfAttn(N(x)))``, ``x = x + N'(FFN(N(x)))``, four norms;
+        ``"output"`` (OLMo 2): ``x = x + N(SelfAttn(x))``, ``x = x + N(FFN(x))``, a norm on each output only.
+    ``parallel_residual`` (GPT-J, GPT-NeoX/Pythia; pre-norm only): ``x = x + SelfAttn(LN_1(x)) + FFN(LN_2(x))``.
     The cross-attention sub-layer exists only with ``cross_attention=True`` (a decoder of an
-    encoder-decoder model). Submodules: ``attn``, ``norm1``, ``cross_attn``/``norm_cross``, ``ffn``, ``norm2``.
+    encoder-decoder model). Submodules: ``attn``, ``norm1``, ``cross_attn``/``norm_cross``, ``ffn``, ``norm2``
+    (``"sandwich"`` adds ``post_norm1`` and ``post_norm2``; ``"output"`` applies ``norm1``/``norm2`` to the outputs).
     ``norm`` is ``layernorm`` or ``rmsnorm`` (eps ``eps``); ``ffn`` is ``mlp`` (:class:`FeedForward`) or
     ``swiglu`` (:class:`SwiGLU`, with ``activation`` as its gate); ``bias`` is the attention's, ``mlp_bias``
-    the FFN's (default: ``bias``). ``pos_encoding``, ``rotary``, ``kerple_variant`` and ``qk_norm`` go to the
-    self-attention, ``attn_backend`` to both attentions (see ``MultiHeadAttention``). ``attn_module`` and
-    ``ffn_module`` replace the self-attention and the FFN (e.g. ``llmarch.mla``'s latent attention,
-    ``llmarch.moe``'s mixture of experts). Shapes: ``x (B, T, d_model)``, ``context (B, T_c, d_model)`` -> ``(B, T, d_model)``.
+    the FFN's (default: ``bias``). ``pos_encoding``, ``rotary``, ``kerple_variant``, ``qk_norm``, ``d_head``,
+    ``attn_out_bias``, ``attn_scale`` and ``attn_softcap`` go to the self-attention, ``attn_backend`` to both
+    attentions (see ``MultiHeadAttention``); QK-norm is an ``rmsnorm_offset`` when ``norm`` is, else an RMSNorm.
+    ``attn_module`` and ``ffn_module`` replace the self-attention and the FFN (e.g.
+    ``llmarch.mla``'s latent attention, ``llmarch.moe``'s mixture of experts). Shapes: ``x (B, T, d_model)``, ``context (B, T_c, d_model)`` -> ``(B, T, d_model)``.
     """
 
     def __init__(
@@ -220,36 +251,59 @@ class TransformerBlock(nn.Module):
         mlp_bias: bool | None = None,
         rotary: RotaryEmbedding | None = None,
         kerple_variant: str = "log",
-        qk_norm: bool = False,
+        qk_norm: bool | str = False,
         attn_backend: str = "reference",
         attn_module: nn.Module | None = None,
         ffn_module: nn.Module | None = None,
+        norm_placement: str | None = None,
+        parallel_residual: bool = False,
+        d_head: int | None = None,
+        attn_out_bias: bool | None = None,
+        attn_scale: float | None = None,
+        attn_softcap: float | None = None,
     ):
         super().__init__()
         if ffn not in FFNS:
             raise ValueError(f"ffn must be one of {FFNS}, got {ffn!r}")
-        self.norm_first = norm_first
+        placement = norm_placement or ("pre" if norm_first else "post")
+        if placement not in NORM_PLACEMENTS:
+            raise ValueError(f"norm_placement must be one of {NORM_PLACEMENTS}, got {norm_placement!r}")
+        if cross_attention and placement in ("sandwich", "output"):
+            raise ValueError(f"norm_placement={placement!r} is for decoder-only blocks: no cross-attention")
+        if parallel_residual and (placement != "pre" or cross_attention):
+            raise ValueError("parallel_residual needs pre-norm placement and no cross-attention")
+        self.norm_placement, self.parallel_residual = placement, parallel_residual
+        self.norm_first = placement != "post"
         self.attn = attn_module if attn_module is not None else MultiHeadAttention(
-            d_model, n_heads, n_kv_heads=n_kv_heads, bias=bias, dropout=dropout, pos_encoding=pos_encoding,
-            rope_base=rope_base, rotary=rotary, kerple_variant=kerple_variant, qk_norm=qk_norm, qk_norm_eps=eps,
-            backend=attn_backend)
-        self.norm1 = _make_norm(norm, d_model, eps)
+            d_model, n_heads, n_kv_heads=n_kv_heads, bias=bias, dropout=dropout,
+                                       pos_encoding=pos_encoding, rope_base=rope_base, rotary=rotary,
+                                       kerple_variant=kerple_variant, qk_norm=qk_norm, qk_norm_eps=eps,
+                                       backend=attn_backend, d_head=d_head, out_bias=attn_out_bias,
+                                       scale=attn_scale, softcap=attn_softcap,
+                                       qk_norm_kind="rmsnorm_offset" if norm == "rmsnorm_offset" else "rmsnorm")
+        self.norm1 = make_norm(norm, d_model, eps)
         if cross_attention:
             self.cross_attn = MultiHeadAttention(d_model, n_heads, n_kv_heads=n_kv_heads, bias=bias, dropout=dropout,
                                                  backend=attn_backend)
-            self.norm_cross = _make_norm(norm, d_model, eps)
+            self.norm_cross = make_norm(norm, d_model, eps)
         else:
             self.cross_attn = None
         mlp_bias = bias if mlp_bias is None else mlp_bias
         ffn_class = FeedForward if ffn == "mlp" else SwiGLU
         self.ffn = ffn_module if ffn_module is not None else ffn_class(d_model, d_ff, activation=activation, bias=mlp_bias, dropout=dropout)
-        self.norm2 = _make_norm(norm, d_model, eps)
+        self.norm2 = make_norm(norm, d_model, eps)
+        if placement == "sandwich":
+            self.post_norm1, self.post_norm2 = make_norm(norm, d_model, eps), make_norm(norm, d_model, eps)
         self.dropout = nn.Dropout(dropout)
 
-    def _sublayer(self, x, norm, fn):
-        if self.norm_first:
+    def _sublayer(self, x, norm, fn, post_norm=None):
+        if self.norm_placement == "pre":
             return x + self.dropout(fn(norm(x)))
-        return norm(x + self.dropout(fn(x)))
+        if self.norm_placement == "post":
+            return norm(x + self.dropout(fn(x)))
+        if self.norm_placement == "sandwich":
+            return x + self.dropout(post_norm(fn(norm(x))))
+        return x + self.dropout(norm(fn(x)))  # "output"
 
     def forward(
         self,
@@ -268,13 +322,15 @@ class TransformerBlock(nn.Module):
             raise ValueError("this block has no cross-attention: build it with cross_attention=True to pass context")
         if self.cross_attn is not None and context is None:
             raise ValueError("this block has cross-attention and needs context (B, T_c, d_model)")
-        x = self._sublayer(
-            x, self.norm1,
-            lambda h: self.attn(h, mask=mask, is_causal=is_causal, bias=bias, positions=positions, kv_cache=kv_cache),
-        )
+        def self_attention(h):
+            return self.attn(h, mask=mask, is_causal=is_causal, bias=bias, positions=positions, kv_cache=kv_cache)
+
+        if self.parallel_residual:
+            return x + self.dropout(self_attention(self.norm1(x))) + self.dropout(self.ffn(self.norm2(x)))
+        x = self._sublayer(x, self.norm1, self_attention, getattr(self, "post_norm1", None))
         if self.cross_attn is not None:
             x = self._sublayer(x, self.norm_cross, lambda h: self.cross_attn(h, context, mask=context_mask))
-        return self._sublayer(x, self.norm2, self.ffn)
+        return self._sublayer(x, self.norm2, self.ffn, getattr(self, "post_norm2", None))
 
 
 class TransformerBlockEq3(TransformerBlock):

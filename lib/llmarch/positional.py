@@ -534,8 +534,12 @@ class KerpleBias(nn.Module):
     """KERPLE's bias with learned, positive per-head ``r1`` and ``r2`` (:func:`kerple_bias`).
 
     Book: Positional encodings, "KERPLE: kernels of the distance". Positivity is built into the parametrisation
-    instead of clamping: ``r = softplus(raw)`` (and ``r2 = 2 sigmoid(raw)`` for the power variant, so ``0 < r2 < 2``). At
-    initialisation ``r1 ~ U(0, 2)`` and ``r2 ~ U(0, 1)`` per head, the ranges of the authors' code.
+    instead of clamping: ``r = softplus(raw)`` (and ``r2 = 2 sigmoid(raw)`` for the power variant, so ``0 < r2 < 2``).
+    Initialisation, per head, as the authors' code (github.com/chijames/KERPLE, ``megatron/mpu/layers.py``) draws
+    it: the parameter in ``[0, 2)`` is the log kernel's coefficient (``ParallelKerpleLog.bias_p``) but the power
+    kernel's exponent (``ParallelKerplePower.bias_p``), so ``log``: ``r1 ~ U(0, 2)``, ``r2 ~ U(0, 1)``; ``power``:
+    ``r1 ~ U(0, 1)``, ``r2 ~ U(0, 2)``; draws are clamped to at least 0.01 (their ``eps``), the power exponent
+    to at most 1.99 (2 itself has no finite ``raw``).
     ``forward(t_q, t_k, offset=None)`` returns ``(n_heads, t_q, t_k)`` as :class:`T5RelativeBias` does.
     """
 
@@ -544,8 +548,9 @@ class KerpleBias(nn.Module):
         if variant not in KERPLE_VARIANTS:
             raise ValueError(f"KERPLE variant must be one of {KERPLE_VARIANTS}, got {variant!r}")
         self.n_heads, self.variant = n_heads, variant
-        r1 = torch.rand(n_heads).mul(2).clamp(min=1e-2)
-        r2 = torch.rand(n_heads).clamp(min=1e-2)
+        coefficient_range, inner_range = (2.0, 1.0) if variant == "log" else (1.0, 2.0)
+        r1 = torch.rand(n_heads).mul(coefficient_range).clamp(min=1e-2)
+        r2 = torch.rand(n_heads).mul(inner_range).clamp(1e-2, 1.99)
         self.raw_r1 = nn.Parameter(r1.expm1().log())  # the inverse of softplus
         self.raw_r2 = nn.Parameter(r2.expm1().log() if variant == "log" else torch.logit(r2 / 2))
 

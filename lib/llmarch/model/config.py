@@ -9,14 +9,16 @@ import dataclasses
 from dataclasses import dataclass
 
 from llmarch.efficient.dispatch import MODEL_BACKENDS
-from llmarch.layers import FFNS, NORMS, swiglu_hidden_size
+from llmarch.layers import FFNS, NORM_PLACEMENTS, NORMS, swiglu_hidden_size
 from llmarch.mla import MLAConfig
 from llmarch.moe import MoEConfig
 from llmarch.positional import KERPLE_VARIANTS, POS_ENCODINGS, RotaryEmbedding, check_rope_scaling
 
-__all__ = ["GPTConfig", "gpt1_config", "gpt2_config", "llama_config", "tiny_gpt_config", "ROPE_LAYOUTS"]
+__all__ = ["GPTConfig", "gpt1_config", "gpt2_config", "llama_config", "tiny_gpt_config", "ROPE_LAYOUTS",
+           "LAYER_TYPES"]
 
 ROPE_LAYOUTS = ("interleaved", "half")
+LAYER_TYPES = ("full", "sliding")
 
 
 def check_attn_backend(config_name: str, backend) -> None:
@@ -46,8 +48,9 @@ class GPTConfig:
     - ``scale_embeddings``: multiply token embeddings by ``sqrt(d_model)``, as Vaswani et al. (2017) do.
     - ``sliding_window``: each token attends to itself and the ``sliding_window - 1`` tokens before it
       (Mistral 7B; Jiang et al., 2023); ``None`` for full causal attention.
-    - ``qk_norm``: RMSNorm (eps ``norm_eps``) of each head's queries and keys before RoPE (Dehghani et al.,
-      2023; Gemma 3, Qwen3); see ``llmarch.attention.MultiHeadAttention``.
+    - ``qk_norm``: RMSNorm (eps ``norm_eps``) of queries and keys before RoPE (Dehghani et al., 2023): ``"head"``
+      (or ``True``) normalises each head (Qwen3, Gemma 3), ``"projection"`` the whole q and k projections across
+      heads (OLMo 2); see ``llmarch.attention.MultiHeadAttention``.
     - ``attn_backend``: the attention kernel of every layer, one of ``llmarch.efficient.MODEL_BACKENDS``
       (``reference``, the default and the only one that returns attention weights; ``sdpa``, ``flash``,
       ``triton``, ``flex``, ``auto``); see ``llmarch.attention.MultiHeadAttention``.
@@ -55,6 +58,23 @@ class GPTConfig:
       ``moe.first_dense_layers`` on a mixture of experts (Mixtral, DeepSeek-V3); ``mla``: a
       :class:`llmarch.mla.MLAConfig` replaces every self-attention by multi-head latent attention (DeepSeek-V2/V3;
       needs ``pos_encoding="rope"``).
+
+    Options of the 2024-25 open families (Book: From GPT-2 to Llama 3, "After Llama 3"):
+
+    - ``head_dim``: ``d_head`` when it is not ``d_model / n_heads`` (Qwen3, Gemma, Mistral-Nemo).
+    - ``attn_out_bias``: the bias of the attention output projection (default ``bias``; Qwen2: ``False``).
+    - ``norm``: also ``rmsnorm_offset``, Gemma's RMSNorm with gain ``1 + w``; ``norm_placement`` (replaces
+      ``norm_first`` when set): ``pre``, ``post``, ``sandwich`` (Gemma 2/3: norms before and after each sub-layer)
+      or ``output`` (OLMo 2: a norm on each sub-layer's output, none on its input); see ``TransformerBlock``.
+    - ``parallel_residual``: ``x + attn(LN_1(x)) + mlp(LN_2(x))`` (GPT-J; GPT-NeoX and Pythia).
+    - ``attn_scale``: the factor on ``q . k`` (default ``1/sqrt(d_head)``; Gemma: ``query_pre_attn_scalar^-1/2``);
+      ``attn_softcap`` / ``final_softcap``: ``cap * tanh(x / cap)`` on the attention scores before the mask and on
+      the output logits (Gemma 2; ``llmarch.stability.soft_cap``).
+    - ``layer_types``: one of ``LAYER_TYPES`` per layer, ``sliding`` layers using ``sliding_window`` and ``full``
+      layers full causal attention (Gemma 2 alternates them, Gemma 3 has five sliding per full one; ``None``: every
+      layer ``sliding`` if ``sliding_window`` is set, as in Mistral); ``rope_local_base``: the RoPE base of the
+      sliding layers, which are then unscaled (Gemma 3: 10,000, against 1,000,000 and ``rope_scaling`` for the
+      full layers; ``None``: the same RoPE everywhere).
     """
 
     vocab_size: int
@@ -81,10 +101,19 @@ class GPTConfig:
     scale_embeddings: bool = False
     kerple_variant: str = "log"
     sliding_window: int | None = None
-    qk_norm: bool = False
+    qk_norm: bool | str = False
     attn_backend: str = "reference"
     moe: MoEConfig | None = None
     mla: MLAConfig | None = None
+    head_dim: int | None = None
+    attn_out_bias: bool | None = None
+    norm_placement: str | None = None
+    parallel_residual: bool = False
+    attn_scale: float | None = None
+    attn_softcap: float | None = None
+    final_softcap: float | None = None
+    layer_types: tuple[str, ...] | None = None
+    rope_local_base: float | None = None
 
     def __post_init__(self):
         check_attn_backend("GPTConfig", self.attn_backend)
@@ -98,8 +127,10 @@ class GPTConfig:
         for name in ("vocab_size", "context_length", "d_model", "n_layers", "n_heads"):
             if getattr(self, name) < 1:
                 raise ValueError(f"GPTConfig.{name} must be positive, got {getattr(self, name)}")
-        if self.d_model % self.n_heads:
-            raise ValueError(f"GPTConfig.d_model={self.d_model} is not divisible by n_heads={self.n_heads}")
+        if self.head_dim is None and self.d_model % self.n_heads:
+            raise ValueError(f"GPTConfig.d_model={self.d_model} is not divisible by n_heads={self.n_heads}: "
+                             "set head_dim")
+        self._check_family_options()
         if self.n_kv_heads is not None and (self.n_kv_heads < 1 or self.n_heads % self.n_kv_heads):
             raise ValueError(f"GPTConfig.n_heads={self.n_heads} must be a multiple of n_kv_heads={self.n_kv_heads}")
         if self.norm not in NORMS:
@@ -119,9 +150,46 @@ class GPTConfig:
             raise ValueError(f"GPTConfig.rope_scaling and rotary_fraction need pos_encoding='rope', "
                              f"got {self.pos_encoding!r}")
 
+    def _check_family_options(self):
+        """Validate (and normalise) the options of the 2024-25 families (the docstring's last list)."""
+        if self.head_dim is not None and self.head_dim < 1:
+            raise ValueError(f"GPTConfig.head_dim must be None or positive, got {self.head_dim}")
+        self.qk_norm = {True: "head"}.get(self.qk_norm, self.qk_norm)
+        if self.qk_norm not in (False, "head", "projection"):
+            raise ValueError(f"GPTConfig.qk_norm must be False, True/'head' or 'projection', got {self.qk_norm!r}")
+        if self.norm_placement is not None and self.norm_placement not in NORM_PLACEMENTS:
+            raise ValueError(f"GPTConfig.norm_placement must be None or one of {NORM_PLACEMENTS}, "
+                             f"got {self.norm_placement!r}")
+        if self.parallel_residual and self.placement != "pre":
+            raise ValueError(f"GPTConfig.parallel_residual needs pre-norm blocks, got {self.placement!r}")
+        for name in ("attn_scale", "attn_softcap", "final_softcap"):
+            if getattr(self, name) is not None and not getattr(self, name) > 0:
+                raise ValueError(f"GPTConfig.{name} must be None or positive, got {getattr(self, name)}")
+        if self.layer_types is not None:
+            self.layer_types = tuple(self.layer_types)
+            if len(self.layer_types) != self.n_layers or not set(self.layer_types) <= set(LAYER_TYPES):
+                raise ValueError(f"GPTConfig.layer_types must hold one of {LAYER_TYPES} per layer ({self.n_layers}), "
+                                 f"got {self.layer_types}")
+            if "sliding" in self.layer_types and self.sliding_window is None:
+                raise ValueError("GPTConfig.layer_types has sliding layers but sliding_window is None")
+        if self.rope_local_base is not None and (self.pos_encoding != "rope" or not self.rope_local_base > 0):
+            raise ValueError(f"GPTConfig.rope_local_base={self.rope_local_base} needs pos_encoding='rope' and a "
+                             "positive base")
+
     @property
     def d_head(self) -> int:
-        return self.d_model // self.n_heads
+        return self.d_model // self.n_heads if self.head_dim is None else self.head_dim
+
+    @property
+    def placement(self) -> str:
+        """Where each block's norms sit: ``norm_placement``, else ``pre``/``post`` from ``norm_first``."""
+        return self.norm_placement or ("pre" if self.norm_first else "post")
+
+    def layer_type(self, i: int) -> str:
+        """``"sliding"`` if layer ``i`` attends within ``sliding_window``, else ``"full"``."""
+        if self.sliding_window is None:
+            return "full"
+        return "sliding" if self.layer_types is None else self.layer_types[i]
 
     @property
     def ffn_hidden(self) -> int:
@@ -134,14 +202,17 @@ class GPTConfig:
     def ffn_activation(self) -> str:
         return self.activation or ("gelu" if self.ffn == "mlp" else "silu")
 
-    def rotary(self) -> RotaryEmbedding:
-        """The RoPE every attention layer applies (``pos_encoding == "rope"``)."""
+    def rotary(self, layer_type: str = "full") -> RotaryEmbedding:
+        """The RoPE the attention layers of ``layer_type`` apply (``pos_encoding == "rope"``): sliding layers
+        use ``rope_local_base`` without scaling when it is set."""
         rotary_dim = int(self.d_head * self.rotary_fraction)
         if not 0 < self.rotary_fraction <= 1 or rotary_dim < 2 or rotary_dim % 2:
             raise ValueError(f"GPTConfig.rotary_fraction={self.rotary_fraction} gives {rotary_dim} rotated features "
                              f"of d_head={self.d_head}: it must be an even number >= 2")
-        return RotaryEmbedding(self.d_head, base=self.rope_base, interleaved=self.rope_layout == "interleaved",
-                               rotary_dim=rotary_dim, scaling=self.rope_scaling,
+        local = layer_type == "sliding" and self.rope_local_base is not None
+        return RotaryEmbedding(self.d_head, base=self.rope_local_base if local else self.rope_base,
+                               interleaved=self.rope_layout == "interleaved", rotary_dim=rotary_dim,
+                               scaling=None if local else self.rope_scaling,
                                max_position_embeddings=self.context_length)
 
 

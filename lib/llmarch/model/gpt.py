@@ -19,11 +19,12 @@ from torch import nn
 
 from llmarch._checks import check_tensor, has_values, shape_str
 from llmarch.kv_cache import KVCache
-from llmarch.layers import TransformerBlock, _make_norm
+from llmarch.layers import TransformerBlock, make_norm
 from llmarch.mla import MultiHeadLatentAttention
 from llmarch.model.config import GPTConfig, tiny_gpt_config
 from llmarch.moe import MoEFeedForward, moe_aux_loss
 from llmarch.positional import sinusoidal_encoding
+from llmarch.stability import soft_cap
 
 __all__ = ["GPT", "load_tiny_gpt", "count_parameters", "noam_lr", "perplexity", "TINY_GPT_CHECKPOINT"]
 
@@ -44,6 +45,9 @@ class GPT(nn.Module):
     ``pos_emb``, GPT-1/2), ``sinusoidal`` (``P`` is the fixed table, buffer ``pos_table``), ``none`` (NoPE),
     or one of the relative schemes applied in every attention layer: ``rope``, ``alibi``, ``t5``, ``kerple``.
     Submodules: ``tok_emb``, ``pos_emb`` (learned only), ``blocks``, ``norm_f``, ``lm_head``.
+
+    Block ``l`` is built for ``config.layer_type(l)``: sliding layers attend within ``sliding_window`` (and rotate
+    with the local RoPE base, if any), full layers causally; ``logits = soft_cap(..., final_softcap)`` (Gemma 2).
     """
 
     def __init__(self, config: GPTConfig):
@@ -55,18 +59,23 @@ class GPT(nn.Module):
         elif c.pos_encoding == "sinusoidal":
             self.register_buffer("pos_table", sinusoidal_encoding(c.context_length, c.d_model), persistent=False)
         self.drop = nn.Dropout(c.dropout)
-        rotary = c.rotary() if c.pos_encoding == "rope" else None
+        layer_types = [c.layer_type(i) for i in range(c.n_layers)]
+        # one RoPE per layer type, shared by its layers (and their cos/sin table)
+        rotary = {kind: c.rotary(kind) for kind in set(layer_types)} if c.pos_encoding == "rope" else {}
         self.blocks = nn.ModuleList(
             TransformerBlock(
                 c.d_model, c.n_heads, d_ff=c.ffn_hidden, n_kv_heads=c.n_kv_heads, dropout=c.dropout,
-                activation=c.ffn_activation, norm_first=c.norm_first, norm=c.norm, eps=c.norm_eps, ffn=c.ffn,
+                activation=c.ffn_activation, norm_placement=c.placement, norm=c.norm, eps=c.norm_eps, ffn=c.ffn,
                 bias=c.bias, mlp_bias=c.mlp_bias, pos_encoding=c.pos_encoding, rope_base=c.rope_base,
-                rotary=rotary, kerple_variant=c.kerple_variant, qk_norm=c.qk_norm, attn_backend=c.attn_backend,
+                rotary=rotary.get(kind), kerple_variant=c.kerple_variant, qk_norm=c.qk_norm,
+                attn_backend=c.attn_backend, parallel_residual=c.parallel_residual, d_head=c.d_head,
+                attn_out_bias=c.attn_out_bias, attn_scale=c.attn_scale, attn_softcap=c.attn_softcap,
                 **_latent_attention_and_experts(c, layer),
             )
-            for layer in range(c.n_layers)
+            for layer, kind in enumerate(layer_types)
         )
-        self.norm_f = _make_norm(c.norm, c.d_model, c.norm_eps) if c.norm_first else nn.Identity()
+        self.layer_types = layer_types
+        self.norm_f = make_norm(c.norm, c.d_model, c.norm_eps) if c.placement != "post" else nn.Identity()
         self.lm_head = nn.Linear(c.d_model, c.vocab_size, bias=False)
         self.apply(self._init_weights)
         if c.tie_embeddings:
@@ -107,8 +116,8 @@ class GPT(nn.Module):
             raise ValueError(f"the cache has {len(kv_cache.layers)} layers but the model has {len(self.blocks)}")
         positions = torch.arange(past, past + t, device=idx.device)
         h = self.tok_emb(idx)
-        if self.config.scale_embeddings:
-            h = h * math.sqrt(self.config.d_model)
+        if self.config.scale_embeddings:  # the factor rounded to the embedding dtype, as Gemma's code does
+            h = h * torch.tensor(math.sqrt(self.config.d_model), dtype=h.dtype)
         if self.config.pos_encoding == "learned":
             h = h + self.pos_emb(positions)
         elif self.config.pos_encoding == "sinusoidal":
@@ -119,7 +128,8 @@ class GPT(nn.Module):
         h = self.drop(h)
         window = None if self.config.sliding_window is None else self.sliding_window_mask(past, t, idx.device)
         for i, block in enumerate(self.blocks):
-            h = block(h, is_causal=window is None, mask=window,
+            mask = window if self.layer_types[i] == "sliding" else None
+            h = block(h, is_causal=mask is None, mask=mask,
                       kv_cache=None if kv_cache is None else kv_cache.layers[i])
         return self.norm_f(h)
 
@@ -133,7 +143,7 @@ class GPT(nn.Module):
 
     def forward(self, idx: torch.Tensor, kv_cache: KVCache | None = None) -> torch.Tensor:
         """``idx (B, T)`` long token ids -> logits ``(B, T, vocab_size)`` (see :meth:`features`)."""
-        return self.lm_head(self.features(idx, kv_cache))
+        return soft_cap(self.lm_head(self.features(idx, kv_cache)), self.config.final_softcap)
 
 
 def _latent_attention_and_experts(c: GPTConfig, layer: int) -> dict:

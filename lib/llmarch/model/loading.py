@@ -1,15 +1,16 @@
-"""Loading official checkpoints (transformers' GPT-2, Llama and GPT-NeoX layouts into :class:`GPT`; BERT's into
-:class:`BertForMaskedLM`, :class:`BertForSequenceClassification` or :class:`BertForQuestionAnswering`).
+"""Loading official checkpoints (transformers' GPT-2, Llama, Mistral, Qwen2, Qwen3, Gemma, Gemma 2, Gemma 3 (text),
+OLMo 2, Phi-3 and GPT-NeoX/Pythia layouts into :class:`GPT`; BERT's into :class:`BertForMaskedLM`,
+:class:`BertForSequenceClassification` or :class:`BertForQuestionAnswering`).
 
 Book: From GPT-2 to Llama 3, "Loading a real checkpoint". Book: Pretraining objectives, "The BERT encoder".
 
-``config_from_hf(config_dict)`` reads a checkpoint's ``config.json`` (as a dict) into a :class:`GPTConfig`
-(a :class:`BertConfig` for BERT); ``load_hf_state_dict(state_dict, config_dict)`` renames (and, for GPT-2's
-``Conv1D`` and fused projections, transposes and splits) the weights into a model; ``load_pretrained(path)`` does
-both for a local folder of ``config.json`` and ``*.safetensors`` files. Nothing is downloaded. Every config key is
-either used, checked against the one value this library implements, or known to be irrelevant to the forward pass
-(metadata and training-only settings); any other key raises ``ValueError`` naming it, so a checkpoint is never run
-as a different architecture silently.
+``config_from_hf(config_dict)`` reads a checkpoint's ``config.json`` (as a dict) into a :class:`GPTConfig` (a
+:class:`BertConfig` for BERT); ``load_hf_state_dict(state_dict, config_dict)`` renames (and, for GPT-2's ``Conv1D``
+and the fused projections of GPT-2, GPT-NeoX and Phi-3, transposes and splits) the weights into a model;
+``load_pretrained(path)`` does both for a local folder of ``config.json`` and ``*.safetensors`` files. Nothing is
+downloaded. Every config key is either used, checked against the one value this library implements, or known to be
+irrelevant to the forward pass (metadata and training-only settings); any other key raises ``ValueError`` naming it,
+so a checkpoint is never run as a different architecture silently.
 """
 
 from __future__ import annotations
@@ -27,7 +28,10 @@ from llmarch.model.loading_moe import MOE_MODEL_TYPES, MOE_WEIGHTS, moe_config_f
 
 __all__ = ["config_from_hf", "load_hf_state_dict", "load_pretrained", "SUPPORTED_MODEL_TYPES"]
 
-SUPPORTED_MODEL_TYPES = ("gpt2", "llama", "gpt_neox", "bert", "mistral", "qwen3", *MOE_MODEL_TYPES)
+SUPPORTED_MODEL_TYPES = ("gpt2", "llama", "gpt_neox", "bert", "mistral", "qwen3", "qwen2", "gemma", "gemma2",
+                         "gemma3_text", "olmo2", "phi3", *MOE_MODEL_TYPES)
+# Llama's layout (RMSNorm, SwiGLU/GeGLU, rotate-half RoPE) with the differences config_from_hf reads per family.
+_LLAMA_LIKE = ("llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3_text", "olmo2", "phi3")
 
 # Keys that do not change the forward pass at inference: metadata, tokens ids, generation, initialisation,
 # dropout, and the heads of other task classes.
@@ -40,7 +44,7 @@ _IRRELEVANT_KEYS = {
     "use_bfloat16", "attn_pdrop", "embd_pdrop", "resid_pdrop", "attention_dropout", "hidden_dropout",
     "classifier_dropout", "summary_type", "summary_use_proj", "summary_activation", "summary_proj_to_labels",
     "summary_first_dropout", "reorder_and_upcast_attn", "pretraining_tp", "use_memory_efficient_attention",
-    "n_ctx", "attention_probs_dropout_prob", "gradient_checkpointing",
+    "n_ctx", "attention_probs_dropout_prob", "gradient_checkpointing", "cache_implementation",
 }
 
 _ACTIVATIONS = {"gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "gelu": "gelu", "relu": "relu",
@@ -80,11 +84,11 @@ def _activation(keys: _Keys, key: str, default: str) -> str:
     return _ACTIVATIONS[name]
 
 
-def _rope_options(keys: _Keys, default_fraction: float = 1.0) -> dict:
-    """RoPE settings in either form: transformers 5's ``rope_parameters`` dict, or the older top-level
-    ``rope_theta`` (GPT-NeoX: ``rotary_emb_base``), ``partial_rotary_factor`` (``rotary_pct``) and
-    ``rope_scaling``."""
-    params = dict(keys.get("rope_parameters") or {})
+def _rope_options(keys: _Keys, default_fraction: float = 1.0, params: dict | None = None) -> dict:
+    """RoPE settings in either form: transformers 5's ``rope_parameters`` dict (or ``params``, one layer type's
+    entry of it), or the older top-level ``rope_theta`` (GPT-NeoX: ``rotary_emb_base``), ``partial_rotary_factor``
+    (``rotary_pct``) and ``rope_scaling``."""
+    params = dict((keys.get("rope_parameters") if params is None else params) or {})
     legacy = keys.get("rope_scaling")
     if legacy:
         params = {**dict(legacy), **params}
@@ -98,20 +102,99 @@ def _rope_options(keys: _Keys, default_fraction: float = 1.0) -> dict:
     return {"rope_base": float(base), "rotary_fraction": float(fraction), "rope_scaling": scaling}
 
 
-def _sliding_window(keys: _Keys, model_type: str, n_layers: int) -> int | None:
-    """Mistral's ``sliding_window`` (``None`` = full attention). Qwen3 windows only with ``use_sliding_window``
-    and then only some layers, which ``GPT`` does not model: it must be off, every layer full attention."""
-    if model_type == "mistral":
-        return keys.get("sliding_window")
-    if model_type == "qwen3":
-        keys.expect("use_sliding_window", {False}, False)
-        keys.get("sliding_window")  # read, unused while use_sliding_window is false
-        keys.get("max_window_layers")
-        layer_types = keys.get("layer_types")
-        if layer_types is not None and set(layer_types) != {"full_attention"}:
-            raise ValueError(f"the checkpoint config sets layer_types={layer_types!r}, which llmarch does not "
-                             "implement (only full_attention layers)")
-    return None
+def _windows(keys: _Keys, model_type: str, n_layers: int) -> dict:
+    """``sliding_window`` and ``layer_types`` of :class:`GPTConfig`. transformers marks each layer
+    ``sliding_attention`` or ``full_attention`` (``layer_types``); older configs leave the list out and it follows
+    the family's rule: Mistral and Phi-3 window every layer; Qwen 2/3 the layers from ``max_window_layers`` on,
+    only with ``use_sliding_window``; Gemma 2 every other layer, from the first; Gemma 3 five of every six
+    (``sliding_window_pattern``). Llama, Gemma (1) and OLMo 2 have no window (such a key is refused as unknown)."""
+    if model_type in ("llama", "gemma", "olmo2"):
+        return {"sliding_window": None, "layer_types": None}
+    window, types = keys.get("sliding_window"), keys.get("layer_types")
+    if model_type in ("qwen2", "qwen3"):
+        use, first = keys.get("use_sliding_window", False), keys.get("max_window_layers", n_layers)
+        window = window if use else None  # as transformers' config does
+        rule = [i >= first for i in range(n_layers)]
+    elif model_type == "gemma2":
+        rule = [(i + 1) % 2 != 0 for i in range(n_layers)]
+    elif model_type == "gemma3_text":
+        pattern = keys.get("sliding_window_pattern", keys.get("_sliding_window_pattern", 6))
+        rule = [(i + 1) % pattern != 0 for i in range(n_layers)]
+    else:  # mistral, phi3
+        rule = [True] * n_layers
+    names = {"sliding_attention": "sliding", "full_attention": "full"}
+    if types is None:
+        types = ["sliding" if sliding else "full" for sliding in rule]
+    else:
+        if len(types) != n_layers or not set(types) <= set(names):
+            raise ValueError(f"the checkpoint config sets layer_types={types!r}: llmarch implements one of "
+                             f"{sorted(names)} per layer ({n_layers})")
+        types = [names[t] for t in types]
+    if window is None or "sliding" not in types:  # a sliding layer without a window attends to everything
+        return {"sliding_window": None, "layer_types": None}
+    return {"sliding_window": window, "layer_types": None if set(types) == {"sliding"} else tuple(types)}
+
+
+def _gemma3_rope(keys: _Keys) -> dict:
+    """Gemma 3's two RoPEs: ``rope_parameters`` per layer type (transformers 5) or the older ``rope_theta`` +
+    ``rope_scaling`` (full layers) and ``rope_local_base_freq`` (sliding layers, never scaled)."""
+    params = keys.get("rope_parameters") or {}
+    if "full_attention" not in params:  # the older form
+        return {**_rope_options(keys), "rope_local_base": float(keys.get("rope_local_base_freq", 10000.0))}
+    local = dict(params.get("sliding_attention") or {})
+    if local.pop("rope_type", "default") != "default" or set(local) - {"rope_theta"}:
+        raise ValueError(f"the checkpoint config scales the sliding layers' RoPE ({params['sliding_attention']!r}), "
+                         "which llmarch does not implement (only their base)")
+    return {**_rope_options(keys, params=params["full_attention"]),
+            "rope_local_base": float(local.get("rope_theta", 10000.0))}
+
+
+def _llama_like(keys: _Keys, model_type: str) -> GPTConfig:
+    """A :class:`GPTConfig` for Llama and the families that change parts of it: Mistral (sliding window), Qwen2
+    (q, k, v biases, no o bias), Qwen3 (per-head QK-norm), Gemma (GeGLU, 1 + w RMSNorm, scaled embeddings),
+    Gemma 2 (as Gemma with sandwich norms, ``query_pre_attn_scalar``, soft-capping, alternating windows), Gemma 3
+    (as Gemma 2 with per-head QK-norm, 5:1 windows, two RoPE bases), OLMo 2 (norms on the outputs, QK-norm over the
+    whole projections), Phi-3 (fused projections, which the weight map splits; partial rotary)."""
+    d_model, n_heads = keys.get("hidden_size", required=True), keys.get("num_attention_heads", required=True)
+    n_layers = keys.get("num_hidden_layers", required=True)
+    head_dim = keys.get("head_dim")
+    if head_dim is not None and d_model % n_heads == 0 and head_dim == d_model // n_heads:
+        head_dim = None  # the default
+    gemma = model_type in ("gemma", "gemma2", "gemma3_text")
+    if model_type == "gemma":
+        keys.expect("use_bidirectional_attention", {None, False}, None)
+        family = dict(activation=_activation(keys, "hidden_act", "gelu_pytorch_tanh"), norm="rmsnorm_offset",
+                      scale_embeddings=True)
+    elif gemma:
+        keys.get("hidden_act")  # older Gemma configs repeat hidden_activation under this name; transformers ignores it
+        keys.expect("use_bidirectional_attention", {None, False}, None)
+        family = dict(activation=_activation(keys, "hidden_activation", "gelu_pytorch_tanh"), norm="rmsnorm_offset",
+                      norm_placement="sandwich", scale_embeddings=True,
+                      attn_scale=float(keys.get("query_pre_attn_scalar", 256)) ** -0.5,
+                      attn_softcap=keys.get("attn_logit_softcapping"),
+                      final_softcap=keys.get("final_logit_softcapping"),
+                      qk_norm="head" if model_type == "gemma3_text" else False)
+    else:
+        family = dict(activation=_activation(keys, "hidden_act", "silu"),
+                      qk_norm={"qwen3": "head", "olmo2": "projection"}.get(model_type, False),
+                      norm_placement="output" if model_type == "olmo2" else None)
+    if model_type == "qwen2":  # q, k, v biases; none on the output projection or the MLP
+        family |= dict(bias=True, attn_out_bias=False, mlp_bias=False)
+    elif model_type == "phi3":
+        keys.get("original_max_position_embeddings")  # used only by longrope scaling, which RoPE checks refuse
+    else:
+        bias = keys.get("attention_bias", False)
+        mlp_bias = keys.get("mlp_bias", False) if model_type == "llama" else False
+        family |= dict(bias=bias, mlp_bias=None if mlp_bias == bias else mlp_bias)
+    rope = _gemma3_rope(keys) if model_type == "gemma3_text" else _rope_options(keys)
+    base = dict(
+        vocab_size=keys.get("vocab_size", required=True), context_length=keys.get("max_position_embeddings", 2048),
+        d_model=d_model, n_layers=n_layers, n_heads=n_heads, n_kv_heads=keys.get("num_key_value_heads", n_heads),
+        d_ff=keys.get("intermediate_size", required=True), norm="rmsnorm", norm_eps=keys.get("rms_norm_eps", 1e-6),
+        ffn="swiglu", bias=False, tie_embeddings=keys.get("tie_word_embeddings", gemma), pos_encoding="rope",
+        rope_layout="half", head_dim=head_dim, **rope, **_windows(keys, model_type, n_layers),
+    )
+    return GPTConfig(**(base | family))
 
 
 def _config_dict(config) -> dict:
@@ -125,7 +208,8 @@ def _config_dict(config) -> dict:
 
 
 def config_from_hf(config) -> GPTConfig | BertConfig:
-    """The :class:`GPTConfig` of a transformers ``config.json`` dict (``model_type`` gpt2, llama or gpt_neox), or
+    """The :class:`GPTConfig` of a transformers ``config.json`` dict (``model_type`` one of
+    ``SUPPORTED_MODEL_TYPES`` but ``bert``; see :func:`_llama_like` for the Llama-like families), or
     the :class:`BertConfig` of a ``bert`` one; a transformers config object is read through its ``to_dict()``.
     Raises ``ValueError`` naming an unsupported model type or key. BERT: only absolute positions
     (``position_embedding_type``), the encoder (``is_decoder``, ``add_cross_attention`` false) and a tied MLM
@@ -146,20 +230,8 @@ def config_from_hf(config) -> GPTConfig | BertConfig:
             d_ff=keys.get("n_inner"), activation=_activation(keys, "activation_function", "gelu_new"),
             norm_eps=keys.get("layer_norm_epsilon", 1e-5), tie_embeddings=keys.get("tie_word_embeddings", True),
         )
-    elif model_type in ("llama", "mistral", "qwen3"):
-        d_model, n_heads = keys.get("hidden_size", required=True), keys.get("num_attention_heads", required=True)
-        keys.expect("head_dim", {None, d_model // n_heads}, None)
-        sliding_window = _sliding_window(keys, model_type, n_layers=keys.get("num_hidden_layers", required=True))
-        bias, mlp_bias = keys.get("attention_bias", False), keys.get("mlp_bias", False)
-        out = GPTConfig(
-            vocab_size=keys.get("vocab_size", required=True), context_length=keys.get("max_position_embeddings", 2048),
-            d_model=d_model, n_layers=keys.get("num_hidden_layers", required=True), n_heads=n_heads,
-            n_kv_heads=keys.get("num_key_value_heads", n_heads), d_ff=keys.get("intermediate_size", required=True),
-            activation=_activation(keys, "hidden_act", "silu"), norm="rmsnorm", norm_eps=keys.get("rms_norm_eps", 1e-6),
-            ffn="swiglu", bias=bias, mlp_bias=None if mlp_bias == bias else mlp_bias,
-            tie_embeddings=keys.get("tie_word_embeddings", False), pos_encoding="rope", rope_layout="half",
-            **_rope_options(keys), sliding_window=sliding_window, qk_norm=model_type == "qwen3",
-        )
+    elif model_type in _LLAMA_LIKE:
+        out = _llama_like(keys, model_type)
     elif model_type in MOE_MODEL_TYPES:
         out = moe_config_from_hf(keys, model_type)
     elif model_type == "bert":
@@ -178,7 +250,6 @@ def config_from_hf(config) -> GPTConfig | BertConfig:
         )
     else:  # gpt_neox
         d_model = keys.get("hidden_size", required=True)
-        keys.expect("use_parallel_residual", {False}, True)
         out = GPTConfig(
             vocab_size=keys.get("vocab_size", required=True), context_length=keys.get("max_position_embeddings", 2048),
             d_model=d_model, n_layers=keys.get("num_hidden_layers", required=True),
@@ -186,6 +257,7 @@ def config_from_hf(config) -> GPTConfig | BertConfig:
             activation=_activation(keys, "hidden_act", "gelu"), norm_eps=keys.get("layer_norm_eps", 1e-5),
             bias=keys.get("attention_bias", True), mlp_bias=None if keys.get("attention_bias", True) else True, tie_embeddings=keys.get("tie_word_embeddings", False),
             pos_encoding="rope", rope_layout="half", **_rope_options(keys, default_fraction=0.25),
+            parallel_residual=keys.get("use_parallel_residual", True),
         )
     keys.check_all_used()
     return out
@@ -224,14 +296,24 @@ def _gpt2_weights(sd: dict, c: GPTConfig) -> tuple[dict, torch.Tensor | None, di
     return out, head, sd
 
 
+# transformers' names of each block's norms -> llmarch's, by norm placement: Llama's post_attention_layernorm is the
+# FFN's input norm; OLMo 2's normalises the attention output, and Gemma has four norms.
+_LLAMA_NORM_NAMES = {
+    "pre": {"input_layernorm": "norm1", "post_attention_layernorm": "norm2"},
+    "output": {"post_attention_layernorm": "norm1", "post_feedforward_layernorm": "norm2"},
+    "sandwich": {"input_layernorm": "norm1", "post_attention_layernorm": "post_norm1",
+                 "pre_feedforward_layernorm": "norm2", "post_feedforward_layernorm": "post_norm2"},
+}
+
+
 def _llama_weights(sd: dict, c: GPTConfig) -> tuple[dict, torch.Tensor | None, dict]:
     sd = _strip_prefix(sd, ("model.",))
     out = {"tok_emb.weight": sd.pop("embed_tokens.weight"), "norm_f.weight": sd.pop("norm.weight")}
     head = sd.pop("lm_head.weight", None)
-    names = {"input_layernorm": "norm1", "post_attention_layernorm": "norm2", "self_attn.q_proj": "attn.q_proj",
-             "self_attn.k_proj": "attn.k_proj", "self_attn.v_proj": "attn.v_proj", "self_attn.o_proj": "attn.o_proj",
-             "mlp.gate_proj": "ffn.w1", "mlp.up_proj": "ffn.w3", "mlp.down_proj": "ffn.w2"}
-    if c.qk_norm:  # Qwen3
+    names = {"self_attn.q_proj": "attn.q_proj", "self_attn.k_proj": "attn.k_proj", "self_attn.v_proj": "attn.v_proj",
+             "self_attn.o_proj": "attn.o_proj", "mlp.gate_proj": "ffn.w1", "mlp.up_proj": "ffn.w3",
+             "mlp.down_proj": "ffn.w2"} | _LLAMA_NORM_NAMES[c.placement]
+    if c.qk_norm:  # Qwen3, Gemma 3 (per head), OLMo 2 (whole projection)
         names |= {"self_attn.q_norm": "attn.q_norm", "self_attn.k_norm": "attn.k_norm"}
     for i in range(c.n_layers):
         for theirs, ours in names.items():
@@ -240,6 +322,20 @@ def _llama_weights(sd: dict, c: GPTConfig) -> tuple[dict, torch.Tensor | None, d
                 out[f"blocks.{i}.{ours}.bias"] = sd.pop(f"layers.{i}.{theirs}.bias")
         sd.pop(f"layers.{i}.self_attn.rotary_emb.inv_freq", None)  # a buffer in old checkpoints
     return out, head, sd
+
+
+def _phi3_weights(sd: dict, c: GPTConfig) -> tuple[dict, torch.Tensor | None, dict]:
+    """Phi-3 fuses the projections: the rows of ``qkv_proj`` are ``[q (H d) | k (H_kv d) | v (H_kv d)]``, those of
+    ``gate_up_proj`` ``[gate (d_ff) | up (d_ff)]``. Split them into Llama's names, then map those."""
+    sd = _strip_prefix(sd, ("model.",))
+    q_rows, kv_rows = c.n_heads * c.d_head, (c.n_kv_heads or c.n_heads) * c.d_head
+    for i in range(c.n_layers):
+        p = f"layers.{i}."
+        qkv = sd.pop(p + "self_attn.qkv_proj.weight").split([q_rows, kv_rows, kv_rows])
+        for name, part in zip(("q_proj", "k_proj", "v_proj"), qkv):
+            sd[p + f"self_attn.{name}.weight"] = part
+        sd[p + "mlp.gate_proj.weight"], sd[p + "mlp.up_proj.weight"] = sd.pop(p + "mlp.gate_up_proj.weight").chunk(2)
+    return _llama_weights(sd, c)
 
 
 def _neox_weights(sd: dict, c: GPTConfig) -> tuple[dict, torch.Tensor | None, dict]:
@@ -336,8 +432,9 @@ def _bert_weights(sd: dict, c: BertConfig):
 
 _WEIGHT_MAPS = {"gpt2": _decoder_only(_gpt2_weights), "llama": _decoder_only(_llama_weights),
                 "gpt_neox": _decoder_only(_neox_weights), "bert": _bert_weights,
-                "mistral": _decoder_only(_llama_weights), "qwen3": _decoder_only(_llama_weights),
+                "phi3": _decoder_only(_phi3_weights),
                 **{name: _decoder_only(weights) for name, weights in MOE_WEIGHTS.items()}}
+_WEIGHT_MAPS |= {name: _decoder_only(_llama_weights) for name in _LLAMA_LIKE if name != "phi3"}
 
 
 def _shared_parameters(model: torch.nn.Module) -> dict[str, str]:
@@ -355,7 +452,8 @@ def load_hf_state_dict(state_dict: dict, config) -> torch.nn.Module:
     """A model holding the weights of a transformers checkpoint, in eval mode and in the weights' dtype.
 
     ``state_dict``: the checkpoint's tensors, with or without the base-model prefix: the names of
-    ``GPT2LMHeadModel``/``LlamaForCausalLM``/``GPTNeoXForCausalLM`` (-> :class:`GPT`), or of
+    ``GPT2LMHeadModel``, ``GPTNeoXForCausalLM``, or the ``...ForCausalLM`` of a Llama-like family
+    (-> :class:`GPT`), or of
     ``BertForMaskedLM`` (-> :class:`BertForMaskedLM`; ``BertForPreTraining`` files too, without their NSP head),
     ``BertForSequenceClassification`` or ``BertForQuestionAnswering`` (-> the llmarch class of the same name).
     ``config``: its ``config.json`` as a dict (or a transformers config object), with RoPE settings as
