@@ -159,3 +159,32 @@ def test_mismatches_are_refused():
         m(ids(1, 3), kv_cache=KVCache(2, window=W))
     assert not isinstance(GPT(dataclasses.replace(MISTRAL, sliding_window=None)).new_kv_cache().layers[0],
                           RollingKVCache)
+
+
+def test_rolling_cache_generation_equals_transformers_mistral():
+    """Greedy generation of a transformers Mistral (window 5) for 5 windows, and ours with the rolling cache that
+    holds 5 keys per layer: the same tokens, and our step logits equal transformers' on the whole sequence."""
+    transformers = pytest.importorskip("transformers", reason="transformers is the test oracle")
+    from test_hf_equivalence import _hf_in_float64  # transformers' float32 casts made float64
+
+    from llmarch.model import load_hf_state_dict
+
+    config = transformers.MistralConfig(vocab_size=50, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
+                                        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
+                                        sliding_window=5, rms_norm_eps=1e-5)
+    config._attn_implementation = "eager"
+    torch.manual_seed(0)
+    with _hf_in_float64(torch.float64):
+        hf = transformers.AutoModelForCausalLM.from_config(config).double().eval()
+    ours = load_hf_state_dict(hf.state_dict(), hf.config.to_dict()).double().eval()
+    prompt = ids(1, 3, seed=5)
+    with torch.no_grad(), _hf_in_float64(torch.float64):
+        theirs = hf.generate(prompt, max_new_tokens=25, do_sample=False, min_new_tokens=25, pad_token_id=0)
+        expected = hf(theirs).logits
+    with torch.no_grad():
+        cache = ours.new_kv_cache()
+        steps = [ours(theirs[:, :3], kv_cache=cache)] + [ours(theirs[:, t:t + 1], kv_cache=cache)
+                                                          for t in range(3, theirs.shape[1])]
+        torch.testing.assert_close(torch.cat(steps, dim=1), expected, **F64)
+    assert torch.equal(generate(ours, prompt, 25, greedy=True), theirs)
+    assert cache.held == 5
