@@ -356,7 +356,8 @@ FAILURE_CLASSES = [
                  lambda case: sum(_rolling_shape(case)[:2]) == _rolling_shape(case)[2]),
     FailureClass("wrapped many times (4 windows and more), with sinks", "test_rolling_cache",
                  lambda case: _rolling_shape(case)[0] >= 4 * _rolling_shape(case)[2] and _rolling_shape(case)[3] > 0),
-    FailureClass("no sinks, wrapped", "test_rolling_cache", lambda case: _rolling_shape(case)[3] == 0 and _wrapped(case)),
+    FailureClass("no sinks, wrapped", "test_rolling_cache",
+                 lambda case: _rolling_shape(case)[3] == 0 and _wrapped(case)),
     FailureClass("window = sinks + 1, wrapped", "test_rolling_cache",
                  lambda case: _rolling_shape(case)[2] == _rolling_shape(case)[3] + 1 and _wrapped(case)),
     FailureClass("the default sinks (4), wrapped", "test_rolling_cache",
@@ -364,7 +365,8 @@ FAILURE_CLASSES = [
     FailureClass("a prompt longer than the window into an empty cache", "test_rolling_cache_chunks",
                  lambda case: _rolling_shape(case)[0] == 0 and _rolling_shape(case)[1] > _rolling_shape(case)[2]),
     FailureClass("a chunk longer than window - sinks after a wrapped cache", "test_rolling_cache_chunks",
-                 lambda case: _wrapped(case) and _rolling_shape(case)[1] > _rolling_shape(case)[2] - _rolling_shape(case)[3]),
+                 lambda case: _wrapped(case)
+                 and _rolling_shape(case)[1] > _rolling_shape(case)[2] - _rolling_shape(case)[3]),
     FailureClass("a chunk that completes the sinks and wraps", "test_rolling_cache_chunks",
                  lambda case: 0 < _rolling_shape(case)[0] < _rolling_shape(case)[3]
                  and sum(_rolling_shape(case)[:2]) > _rolling_shape(case)[2]),

@@ -54,7 +54,8 @@ def choose_backend(device_type: str, has_mask: bool, dropout_p: float = 0.0, t_q
 
 def select_backend(q: torch.Tensor, mask: torch.Tensor | None = None, dropout_p: float = 0.0) -> str:
     """The backend ``attention(..., backend="auto")`` uses for queries ``q (B, H, t_q, d)``: :func:`choose_backend`
-    of ``q``'s device, whether there is a ``mask``, ``dropout_p`` and ``t_q``. Book: Efficient attention, "GPU paths"."""
+    of ``q``'s device, whether there is a ``mask``, ``dropout_p`` and ``t_q``.
+    Book: Efficient attention, "GPU paths"."""
     return choose_backend(q.device.type, mask is not None, dropout_p, q.shape[-2])
 
 

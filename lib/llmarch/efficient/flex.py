@@ -170,8 +170,9 @@ def flex_attention_with(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask_
     Shapes: ``q (B, H, t_q, d)``, ``k, v (B, H_kv, t_k, d)`` with ``H`` a multiple of ``H_kv`` -> ``(B, H, t_q, d)``.
     The ``mask_mod`` becomes a block mask (:func:`build_block_mask`), so tiles it hides entirely are skipped by the
     fused kernel; a ``block_mask`` already built for these shapes (the layers of a model share one) is used as
-    it is, in place of ``mask_mod``. ``compile`` (default: True on CUDA, False elsewhere) runs ``torch.compile(flex_attention)``;
-    uncompiled, torch evaluates the same definition densely (``O(T^2)`` memory), which is what CPU tests use.
+    it is, in place of ``mask_mod``. ``compile`` (default: True on CUDA, False elsewhere) runs
+    ``torch.compile(flex_attention)``; uncompiled, torch evaluates the same definition densely (``O(T^2)``
+    memory), which is what CPU tests use.
     Torch 2.13 has no FlexAttention backward on CPU: inputs that require grad raise there.
     """
     from torch.nn.attention.flex_attention import flex_attention
