@@ -188,3 +188,25 @@ def test_rolling_cache_generation_equals_transformers_mistral():
         torch.testing.assert_close(torch.cat(steps, dim=1), expected, **F64)
     assert torch.equal(generate(ours, prompt, 25, greedy=True), theirs)
     assert cache.held == 5
+
+
+def test_the_ps7_reference_keeps_what_the_library_cache_keeps():
+    """ps7's graded step (its reference, written with ``window_sink_mask``) leaves the cache that
+    ``RollingKVCache.update`` leaves, on every hidden case of 10 draws."""
+    import numpy as np
+
+    from autograder.assignments import ps7_modern
+
+    for draw in range(10):
+        for gid in ("test_rolling_cache", "test_rolling_cache_chunks"):
+            for case in ps7_modern.CHECKS[gid].cases(np.random.default_rng(draw)):
+                keys, values, positions, _, k_new, v_new, window = case.args
+                _, kept_k, kept_v, kept_positions = ps7_modern.ref_rolling_cache_step(*case.args, **case.kwargs)
+                cache = RollingKVCache(window, case.kwargs.get("sinks", 4))
+                if len(positions):  # the case's cache, as the library holds it
+                    cache.k, cache.v = torch.from_numpy(keys)[None], torch.from_numpy(values)[None]
+                    cache.positions, cache.seen = torch.from_numpy(positions), int(positions[-1]) + 1
+                cache.update(torch.from_numpy(k_new)[None], torch.from_numpy(v_new)[None])
+                assert cache.positions.tolist() == kept_positions.tolist(), case.note
+                assert torch.equal(cache.k[0], torch.from_numpy(kept_k)), case.note
+                assert torch.equal(cache.v[0], torch.from_numpy(kept_v)), case.note
