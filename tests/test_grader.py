@@ -303,7 +303,7 @@ def test_parallel_grading_equals_sequential(graded, tmp_path):
 
 @pytest.mark.parametrize("assignment,full", [("ps2-positions", 13), ("ps3-tokenizers", 16), ("ps4-decoding", 11),
                                              ("ps5-efficient", 18), ("ps6-scaling", 14),
-                                             ("ps7-modern", 17), ("ps8-objectives", 16), ("ps9-data", 17)])
+                                             ("ps7-modern", 20), ("ps8-objectives", 16), ("ps9-data", 17)])
 def test_other_assignments_score_full_marks_and_zero(assignment, full, tmp_path):
     notebook = f"{assignment}.ipynb"
     subs = tmp_path / "subs"

@@ -779,9 +779,14 @@ def _ps7_returning(dtype: str) -> dict:
     from test_wrong_variants import _namespace
 
     ns = _namespace("ps7-modern")
-    for name in ("rms_norm", "swiglu", "rope_rotate_half", "grouped_query_attention", "llama3_inv_freq"):
-        ns[name] = (lambda f: lambda *a, **k: torch.from_numpy(np.asarray(f(*a, **k))).to(getattr(torch, dtype)))(
-            ns[name])
+
+    def as_torch(value):
+        return tuple(map(as_torch, value)) if isinstance(value, tuple) else torch.from_numpy(np.asarray(value)).to(
+            getattr(torch, dtype))
+
+    for name in ("rms_norm", "swiglu", "rope_rotate_half", "grouped_query_attention", "llama3_inv_freq",
+                 "rolling_cache_step"):
+        ns[name] = (lambda f: lambda *a, **k: as_torch(f(*a, **k)))(ns[name])
     return ns
 
 

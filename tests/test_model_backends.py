@@ -230,3 +230,97 @@ def test_training_runs_on_sdpa_and_gives_each_layer_its_backend_back(monkeypatch
         *args[:3], attn_mask=None, is_causal=True))
     train(model, torch.randint(0, 40, (400,)), steps=2, context_length=16, batch_size=2)
     assert seen and all(m.backend == "reference" for m in model.modules() if isinstance(m, MultiHeadAttention))
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# "auto" as it decides on CUDA (simulated here: the kernels it picks run on this CPU, flex eagerly), and flex's
+# block mask, built once per forward pass
+# ---------------------------------------------------------------------------------------------------------------
+WINDOWED = llama_config(**{**TINY, "n_layers": 4}, n_kv_heads=2, d_ff=64, sliding_window=5)
+
+
+@pytest.fixture
+def auto_as_on_cuda(monkeypatch):
+    """Every layer's "auto" decides as on a CUDA device: ``choose_backend("cuda", ...)`` of its real inputs."""
+    import llmarch.attention
+
+    def on_cuda(q, mask=None, dropout_p=0.0):
+        return dispatch.choose_backend("cuda", mask is not None, dropout_p, q.shape[-2])
+
+    monkeypatch.setattr(llmarch.attention, "select_backend", on_cuda)
+
+
+@pytest.fixture
+def block_masks(monkeypatch):
+    """The list of the block masks flex builds, (B, H, t_q, t_k) each, from a clean slate."""
+    import torch.nn.attention.flex_attention as flex_module
+
+    built, create = [], flex_module.create_block_mask
+    monkeypatch.setattr(flex_module, "create_block_mask", lambda fn, *shape, **kw: built.append(shape) or create(
+        fn, *shape, **kw))
+    monkeypatch.setattr(dispatch, "_LAST_BLOCK_MASK", [])
+    return built
+
+
+def attention_layers(model):
+    return [m for m in model.modules() if isinstance(m, MultiHeadAttention)]
+
+
+def test_the_auto_rule_on_cuda_and_elsewhere():
+    choose = dispatch.choose_backend
+    assert choose("cuda", has_mask=True) == "flex"
+    assert choose("cuda", has_mask=True, dropout_p=0.1) == "sdpa"  # flex takes no dropout
+    assert choose("cuda", has_mask=True, t_q=1) == "sdpa"  # a decoding step
+    assert choose("cuda", has_mask=False) == "sdpa"
+    assert {choose("cpu", m, p, t) for m in (True, False) for p in (0.0, 0.1) for t in (1, 4)} == {"sdpa"}
+    q = torch.randn(1, 2, 3, 4, dtype=torch.float64)
+    assert dispatch.select_backend(q, torch.ones(3, 3, dtype=torch.bool), 0.1) == "sdpa"  # on this CPU
+
+
+def test_auto_on_cuda_trains_bert_with_padding_and_dropout(auto_as_on_cuda):
+    """The fine-tuning that failed on a GPU with "backend 'flex' cannot take attention dropout": in training
+    (dropout 0.1) every layer picks SDPA and says so; in evaluation the padded input goes to flex."""
+    torch.manual_seed(0)
+    config = bert_config(vocab_size=40, d_model=32, n_layers=2, n_heads=4, max_position_embeddings=32, dropout=0.1)
+    reference = BertForMaskedLM(config).double()
+    fast = with_backend(reference, "auto").train()
+    idx, segments = ids(2, 9), torch.zeros(2, 9, dtype=torch.long)
+    fast(idx, segments, padding()).square().sum().backward()
+    assert [m.last_backend for m in attention_layers(fast)] == ["sdpa", "sdpa"]
+    fast.eval()
+    with torch.no_grad():
+        torch.testing.assert_close(fast(idx, segments, padding()), reference.eval()(idx, segments, padding()), **F64)
+    assert [m.last_backend for m in attention_layers(fast)] == ["flex", "flex"]
+
+
+def test_flex_builds_one_block_mask_per_forward_for_all_layers(block_masks):
+    torch.manual_seed(0)
+    for config in (WINDOWED, GPTConfig(**{**TINY, "n_layers": 4})):  # a window mask; causal only
+        reference = GPT(config).double().eval()
+        fast = with_backend(reference, "flex")
+        block_masks.clear()
+        with torch.no_grad():
+            for seed in range(2):
+                idx = ids(2, 11, seed=seed)
+                torch.testing.assert_close(fast(idx), reference(idx), **F64)
+                assert len(block_masks) <= seed + 1, block_masks  # once per forward at most, not once per layer
+        assert block_masks[0] == (2, 4, 11, 11)
+        assert {m.last_backend for m in attention_layers(fast)} == {"flex"}
+
+
+def test_auto_on_cuda_sends_decoding_steps_to_sdpa(auto_as_on_cuda, block_masks):
+    """A prompt of 7 tokens goes to flex with one block mask for the 4 layers; then each one-token step goes to
+    SDPA and builds none. The logits equal the reference path's, with the rolling cache."""
+    torch.manual_seed(0)
+    reference = GPT(WINDOWED).double().eval()
+    fast = with_backend(reference, "auto")
+    seq = ids(2, 17)
+    cache = fast.new_kv_cache()
+    with torch.no_grad():
+        steps = [fast(seq[:, :7], kv_cache=cache)]
+        assert len(block_masks) == 1 and {m.last_backend for m in attention_layers(fast)} == {"flex"}
+        for t in range(7, 17):
+            steps.append(fast(seq[:, t:t + 1], kv_cache=cache))
+            assert {m.last_backend for m in attention_layers(fast)} == {"sdpa"}
+        torch.testing.assert_close(torch.cat(steps, dim=1), reference(seq), **F64)
+    assert len(block_masks) == 1 and cache.held == 5

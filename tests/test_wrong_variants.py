@@ -933,6 +933,7 @@ SWIGLU = {"test_swiglu", "test_swiglu_batched"}
 ROPE = {"test_rope", "test_rope_offset"}
 GQA7 = {"test_gqa", "test_gqa_cache"}
 LLAMA3 = {"test_llama3", "test_llama3_factors"}
+ROLLING = {"test_rolling_cache", "test_rolling_cache_chunks"}
 
 rms_with = template(PS7, "rms_norm", """
 def rms_norm(x, weight, eps=1e-6):
@@ -1046,6 +1047,33 @@ def llama3_inv_freq(d, base=500000.0, factor=8.0, low_freq_factor=1.0, high_freq
     return np.where(wavelength < L0 / np.float32(high_freq_factor), theta,
                     np.where(wavelength > L0 / np.float32(low_freq_factor), theta / np.float32(factor), blended))
 """)
+rolling_with = template(PS7, "rolling_cache_step", """
+def rolling_cache_step(keys, values, positions, q, k_new, v_new, window, sinks=4):
+    t = q.shape[1]
+    start = {start} if len(positions) else 0
+    pos = np.concatenate([positions, np.arange(start, start + t)]).astype(np.int64)
+    k = np.concatenate([keys, k_new], axis=1)
+    v = np.concatenate([values, v_new], axis=1)
+    i, j = pos[-t:, None], pos[None, :]
+    mask = {mask}
+    keep = {keep}
+    return dense_attention(q, k, v, mask={attend}), k[:, keep], v[:, keep], {kept_positions}
+""", start="positions[-1] + 1", mask="(j <= i) & ((j < sinks) | (i - j < window - sinks))", keep="mask[-1]",
+    attend="mask", kept_positions="pos[keep]")
+variant(PS7, "rolling cache: window off by one (window - sinks + 1 recent tokens)", "rolling_cache_step", ROLLING,
+        rolling_with(mask="(j <= i) & ((j < sinks) | (i - j <= window - sinks))"))
+variant(PS7, "rolling cache evicts the sinks (the last window tokens only)", "rolling_cache_step", ROLLING,
+        rolling_with(mask="(j <= i) & (i - j < window)"))
+variant(PS7, "rolling cache numbers the new tokens by their slot in the cache", "rolling_cache_step", ROLLING,
+        rolling_with(start="len(positions)"))
+variant(PS7, "rolling cache returns the slots (StreamingLLM) instead of the original positions",
+        "rolling_cache_step", ROLLING, rolling_with(kept_positions="np.arange(int(keep.sum()))"))
+variant(PS7, "rolling cache without a mask (attends to every key it holds)", "rolling_cache_step", ROLLING,
+        rolling_with(attend="None"))
+variant(PS7, "rolling cache without the causal part of the mask (right for one new token only)",
+        "rolling_cache_step", {"test_rolling_cache_chunks"}, rolling_with(mask="(j < sinks) | (i - j < window - sinks)"))
+variant(PS7, "rolling cache keeps what the first new query sees", "rolling_cache_step",
+        {"test_rolling_cache_chunks"}, rolling_with(keep="mask[0]"))
 
 # ---------------------------------------------------------------------------------------------------------------
 # ps8-objectives

@@ -5,7 +5,8 @@ References: ``llmarch.layers.rms_norm``; ``llmarch.layers.SwiGLU`` with the thre
 gate, ``w3`` the up projection, ``w2`` the down projection); ``llmarch.positional.apply_rope(..., interleaved=False)``;
 grouped-query attention as ``MultiHeadAttention.attend`` computes it (key/value heads repeated with
 ``repeat_interleave``) with the causal mask aligned at the bottom right (``causal_mask(T, T_k, offset=T_k - T)``);
-and ``llmarch.positional.rope_frequencies`` with ``rope_type="llama3"``.
+``llmarch.positional.rope_frequencies`` with ``rope_type="llama3"``; and the rolling cache with attention sinks as
+``llmarch.kv_cache.window_sink_mask`` defines it (the cases' caches come from ``llmarch.kv_cache.RollingKVCache``).
 
 Every check states the notebook's float64 contract (``Check.dtype``): a float32 answer fails, with a message that
 names its dtype, exactly as the notebook's ``check_close`` fails it, so visible and hidden tests agree.
@@ -20,6 +21,7 @@ import torch
 
 from autograder.checks import Case, Check, FailureClass
 from llmarch.attention import causal_mask, scaled_dot_product_attention
+from llmarch.kv_cache import RollingKVCache, window_sink_mask
 from llmarch.layers import SwiGLU, rms_norm
 from llmarch.positional import apply_rope, rope_frequencies
 
@@ -68,6 +70,20 @@ def ref_llama3(d, base=500000.0, factor=8.0, low_freq_factor=1.0, high_freq_fact
                "original_max_position_embeddings": original_max_position_embeddings}
     inv_freq, _ = rope_frequencies(int(d), float(base), scaling)
     return inv_freq.numpy()
+
+
+def ref_rolling_cache_step(keys, values, positions, q, k_new, v_new, window, sinks=4):
+    """Attention of the new queries over the held and new keys under the window-and-sinks mask of their original
+    positions, and the keys the newest query may see (the sinks and the last ``window - sinks``): the new cache."""
+    positions = torch.as_tensor(np.asarray(positions), dtype=torch.long)
+    start = int(positions[-1]) + 1 if len(positions) else 0
+    new_positions = torch.arange(start, start + q.shape[-2])
+    all_positions = torch.cat([positions, new_positions])
+    k, v = torch.cat([_t(keys), _t(k_new)], dim=-2), torch.cat([_t(values), _t(v_new)], dim=-2)
+    mask = window_sink_mask(new_positions, all_positions, int(window), int(sinks))
+    out = scaled_dot_product_attention(_t(q), k, v, mask=mask)
+    keep = mask[-1]
+    return out.numpy(), k[:, keep].numpy(), v[:, keep].numpy(), all_positions[keep].numpy()
 
 
 # --- fresh inputs -------------------------------------------------------------------------------------------
@@ -203,6 +219,47 @@ def _llama3_factors(rng):
             Case(_llama3_args(rng, low, low * float(rng.uniform(2, 8))), note="random thresholds")]
 
 
+def _rolling_case(rng, seen, t, window, sinks, note, default_sinks=False):
+    """A cache of ``window`` and ``sinks`` after ``seen`` tokens (fed to ``RollingKVCache`` in random chunks) and
+    ``t`` new tokens: ``Case((keys, values, positions, q, k_new, v_new, window), {"sinks": sinks})``."""
+    h, d, d_v = int(rng.integers(1, 4)), int(rng.integers(2, 9)), int(rng.integers(1, 6))
+    k_all, v_all = rng.normal(size=(1, h, seen + t, d)), rng.normal(size=(1, h, seen + t, d_v))
+    cache = RollingKVCache(window, sinks)
+    done = 0
+    while done < seen:
+        step = min(seen - done, int(rng.integers(1, window + 2)))
+        cache.update(torch.from_numpy(k_all[:, :, done:done + step]), torch.from_numpy(v_all[:, :, done:done + step]))
+        done += step
+    held = (cache.k[0].numpy(), cache.v[0].numpy()) if seen else (np.zeros((h, 0, d)), np.zeros((h, 0, d_v)))
+    args = (*held, cache.positions.numpy(), rng.normal(size=(h, t, d)), k_all[0, :, seen:], v_all[0, :, seen:], window)
+    return Case(args, {} if default_sinks else {"sinks": sinks}, note=note)
+
+
+def _rolling(rng):
+    window = int(rng.integers(3, 9))
+    sinks = int(rng.integers(1, window))
+    return [_rolling_case(rng, 7, 1, 4, 1, "the worked example: window 4, 1 sink, the 8th token"),
+            _rolling_case(rng, 2, 1, 6, 2, "a cache that is not full yet"),
+            _rolling_case(rng, 4, 1, 5, 2, "the step that fills the cache exactly"),
+            _rolling_case(rng, 41, 1, 8, 4, "a cache wrapped many times, the default 4 sinks", default_sinks=True),
+            _rolling_case(rng, 23, 1, 5, 0, "no sinks (Mistral's window)"),
+            _rolling_case(rng, 17, 1, 3, 2, "window = sinks + 1: the newest token and the sinks"),
+            _rolling_case(rng, int(rng.integers(0, 6 * window)), 1, window, sinks, "a random window and sinks")]
+
+
+def _rolling_chunks(rng):
+    window = int(rng.integers(3, 9))
+    sinks = int(rng.integers(0, window))
+    return [_rolling_case(rng, 0, 11, 5, 2, "a prompt longer than the window, into an empty cache"),
+            _rolling_case(rng, 30, 6, 6, 2, "a chunk longer than window - sinks after a wrapped cache"),
+            _rolling_case(rng, 2, 7, 6, 4, "a chunk that completes the sinks and wraps"),
+            _rolling_case(rng, 3, 3, 5, 1, "a chunk into a cache that is not full yet"),
+            _rolling_case(rng, int(rng.integers(0, 6 * window)), int(rng.integers(2, 2 * window)), window, sinks,
+                          "a random chunk, window and sinks")]
+
+
+ROLLING_RETURNS = ("out", "keys", "values", "positions")
+
 CHECKS = {
     "test_rms_norm": Check("rms_norm", _rms_norm, ref_rms_norm, dtype="float64"),
     "test_rms_norm_eps": Check("rms_norm", _rms_norm_eps, ref_rms_norm, dtype="float64"),
@@ -214,6 +271,10 @@ CHECKS = {
     "test_gqa_cache": Check("grouped_query_attention", _gqa_cache, ref_gqa, dtype="float64"),
     "test_llama3": Check("llama3_inv_freq", _llama3, ref_llama3, dtype="float64"),
     "test_llama3_factors": Check("llama3_inv_freq", _llama3_factors, ref_llama3, dtype="float64"),
+    "test_rolling_cache": Check("rolling_cache_step", _rolling, ref_rolling_cache_step, dtype="float64",
+                                returns=ROLLING_RETURNS),
+    "test_rolling_cache_chunks": Check("rolling_cache_step", _rolling_chunks, ref_rolling_cache_step,
+                                       dtype="float64", returns=ROLLING_RETURNS),
 }
 
 
@@ -236,6 +297,18 @@ def _gqa_heads(case):
     """(H, H_kv, T, T_k, is_causal) of a grouped-query case."""
     q, k = case.args[0], case.args[1]
     return q.shape[1], k.shape[1], q.shape[2], k.shape[2], case.kwargs.get("is_causal", False)
+
+
+def _rolling_shape(case):
+    """(tokens seen before the step, new tokens, window, sinks) of a rolling-cache case."""
+    positions, q, window = case.args[2], case.args[3], case.args[6]
+    return (int(positions[-1]) + 1 if len(positions) else 0), q.shape[-2], window, case.kwargs.get("sinks", 4)
+
+
+def _wrapped(case):
+    """Whether the cache had already evicted keys before the step (it holds fewer keys than tokens seen)."""
+    seen = _rolling_shape(case)[0]
+    return len(case.args[2]) < seen
 
 
 FAILURE_CLASSES = [
@@ -277,4 +350,24 @@ FAILURE_CLASSES = [
                  lambda case: case.args[3:5] == (1.0, 4.0) and _llama3_regions(case)),
     FailureClass("other factors, all three regions", "test_llama3_factors",
                  lambda case: case.args[3:5] != (1.0, 4.0) and _llama3_regions(case)),
+    FailureClass("a cache not full yet after the step", "test_rolling_cache",
+                 lambda case: sum(_rolling_shape(case)[:2]) < _rolling_shape(case)[2]),
+    FailureClass("the step that fills the cache exactly", "test_rolling_cache",
+                 lambda case: sum(_rolling_shape(case)[:2]) == _rolling_shape(case)[2]),
+    FailureClass("wrapped many times (4 windows and more), with sinks", "test_rolling_cache",
+                 lambda case: _rolling_shape(case)[0] >= 4 * _rolling_shape(case)[2] and _rolling_shape(case)[3] > 0),
+    FailureClass("no sinks, wrapped", "test_rolling_cache",
+                 lambda case: _rolling_shape(case)[3] == 0 and _wrapped(case)),
+    FailureClass("window = sinks + 1, wrapped", "test_rolling_cache",
+                 lambda case: _rolling_shape(case)[2] == _rolling_shape(case)[3] + 1 and _wrapped(case)),
+    FailureClass("the default sinks (4), wrapped", "test_rolling_cache",
+                 lambda case: "sinks" not in case.kwargs and _wrapped(case)),
+    FailureClass("a prompt longer than the window into an empty cache", "test_rolling_cache_chunks",
+                 lambda case: _rolling_shape(case)[0] == 0 and _rolling_shape(case)[1] > _rolling_shape(case)[2]),
+    FailureClass("a chunk longer than window - sinks after a wrapped cache", "test_rolling_cache_chunks",
+                 lambda case: _wrapped(case)
+                 and _rolling_shape(case)[1] > _rolling_shape(case)[2] - _rolling_shape(case)[3]),
+    FailureClass("a chunk that completes the sinks and wraps", "test_rolling_cache_chunks",
+                 lambda case: 0 < _rolling_shape(case)[0] < _rolling_shape(case)[3]
+                 and sum(_rolling_shape(case)[:2]) > _rolling_shape(case)[2]),
 ]

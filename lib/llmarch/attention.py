@@ -19,7 +19,7 @@ import torch
 from torch import nn
 
 from llmarch._checks import check_tensor, shape_str
-from llmarch.efficient.dispatch import MODEL_BACKENDS, attention
+from llmarch.efficient.dispatch import MODEL_BACKENDS, attention, select_backend
 from llmarch.positional import POS_ENCODINGS, ALiBi, KerpleBias, RotaryEmbedding, T5RelativeBias
 from llmarch.reference_attention import causal_mask, scaled_dot_product_attention, softmax, to_additive_mask
 from llmarch.stability import soft_cap
@@ -74,6 +74,9 @@ class MultiHeadAttention(nn.Module):
     ``"head"`` (``True``; Qwen3, Gemma 3: each head's q and k normalised over its ``d_head`` features, before
     RoPE) or ``"projection"`` (OLMo 2: the whole q and k projections, all heads together, before the split);
     ``qk_norm_kind`` is ``rmsnorm`` or Gemma's ``rmsnorm_offset`` (see ``llmarch.layers.make_norm``).
+
+    ``last_backend`` names the kernel the last forward pass used (what ``"auto"`` chose: see
+    ``llmarch.efficient.choose_backend``).
     """
 
     def __init__(
@@ -102,6 +105,7 @@ class MultiHeadAttention(nn.Module):
         super().__init__()
         _check_backend(backend)
         self.backend = backend
+        self.last_backend: str | None = None  # the kernel the last forward used ("auto" resolved)
         if pos_encoding not in POS_ENCODINGS:
             raise ValueError(f"pos_encoding must be one of {POS_ENCODINGS}, got {pos_encoding!r}")
         n_kv_heads = n_heads if n_kv_heads is None else n_kv_heads
@@ -235,8 +239,11 @@ class MultiHeadAttention(nn.Module):
         if mask is not None and mask.dtype != torch.bool:
             check_tensor("mask", mask, floating=True)
             bias, mask = (mask if bias is None else bias + mask), None
-        return attention(q, k, v, mask=mask, is_causal=is_causal, backend=self.backend, scale=self.scale, bias=bias,
-                         causal_offset=k.shape[-2] - q.shape[-2], dropout_p=self.dropout.p if self.training else 0.0)
+        dropout_p = self.dropout.p if self.training else 0.0
+        backend = select_backend(q, mask, dropout_p) if self.backend == "auto" else self.backend
+        self.last_backend = backend
+        return attention(q, k, v, mask=mask, is_causal=is_causal, backend=backend, scale=self.scale, bias=bias,
+                         causal_offset=k.shape[-2] - q.shape[-2], dropout_p=dropout_p)
 
     def forward(
         self,
@@ -273,6 +280,7 @@ class MultiHeadAttention(nn.Module):
         if self.backend != "reference":
             heads, weights = self.attend_fast(q, k, v, mask=mask, bias=bias, is_causal=is_causal), None
         else:
+            self.last_backend = "reference"
             if is_causal and t_q != t_k:  # queries at the end: query i is position t_k - t_q + i
                 tri = causal_mask(t_q, t_k, offset=t_k - t_q, device=q.device)
                 mask, is_causal = (tri if mask is None else mask & tri), False

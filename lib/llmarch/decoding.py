@@ -19,7 +19,6 @@ import torch
 import torch.nn.functional as F
 
 from llmarch._checks import check_tensor
-from llmarch.kv_cache import KVCache
 
 __all__ = [
     "temperature_scale",
@@ -330,14 +329,15 @@ def generate(model, prompt_ids: torch.Tensor, max_new_tokens: int, temperature: 
     """Extend ``prompt_ids (B, T)`` by sampling (or greedy decoding) ``max_new_tokens`` tokens from a ``GPT``.
 
     Book: Decoding, "The KV cache". With ``use_cache`` the prompt is run once and each step feeds only the new
-    token through :class:`~llmarch.kv_cache.KVCache`; the output is the same as recomputing the whole
-    sequence every step (``use_cache=False``). Rows that emitted ``eos_id`` keep emitting it.
+    token through the model's :class:`~llmarch.kv_cache.KVCache` (``model.new_kv_cache()``: a rolling cache of
+    at most ``sliding_window`` keys per layer for a model with a window); the output is the same as recomputing the
+    whole sequence every step (``use_cache=False``). Rows that emitted ``eos_id`` keep emitting it.
     Returns ``(B, T + max_new_tokens)``.
     """
     check_tensor("prompt_ids", prompt_ids, dims=2)
     was_training = model.training
     model.eval()
-    cache = KVCache(len(model.blocks)) if use_cache else None
+    cache = model.new_kv_cache() if use_cache else None
     seq, step_input = prompt_ids, prompt_ids
     done = torch.zeros(prompt_ids.shape[0], dtype=torch.bool, device=prompt_ids.device)
     for _ in range(max_new_tokens):

@@ -65,4 +65,28 @@ ANSWERS = {
             result.append((1 - gamma) * theta / factor + gamma * theta)
     return np.array(result, dtype=np.float64)
 ''',
+    "rolling_cache_step": '''def rolling_cache_step(keys, values, positions, q, k_new, v_new, window, sinks=4):
+    """One step of a rolling cache with attention sinks: attend each new query over the sinks and its last
+    window - sinks tokens, then keep what the newest query could see."""
+    keys, values, q, k_new, v_new = (np.asarray(a, dtype=np.float64) for a in (keys, values, q, k_new, v_new))
+    old = [int(p) for p in positions]
+    first = old[-1] + 1 if old else 0
+    new = list(range(first, first + q.shape[1]))
+    every = old + new
+    k_all = np.concatenate([keys, k_new], axis=1)
+    v_all = np.concatenate([values, v_new], axis=1)
+
+    def visible(i):
+        return [c for c, j in enumerate(every) if j <= i and (j < sinks or i - j < window - sinks)]
+
+    out = np.zeros((q.shape[0], q.shape[1], v_all.shape[2]))
+    for r, i in enumerate(new):
+        cols = visible(i)
+        scores = np.einsum("hd,hkd->hk", q[:, r], k_all[:, cols]) / np.sqrt(q.shape[2])
+        w = np.exp(scores - scores.max(axis=1, keepdims=True))
+        w /= w.sum(axis=1, keepdims=True)
+        out[:, r] = np.einsum("hk,hkd->hd", w, v_all[:, cols])
+    kept = visible(new[-1])
+    return out, k_all[:, kept], v_all[:, kept], np.array([every[c] for c in kept], dtype=np.int64)
+''',
 }

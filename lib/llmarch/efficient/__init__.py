@@ -12,7 +12,8 @@ Modules (everything public is re-exported here, so ``from llmarch.efficient impo
 - :mod:`~llmarch.efficient.flex`: FlexAttention ``mask_mod`` / ``score_mod`` helpers and ``flex_*`` functions;
 - :mod:`~llmarch.efficient.dispatch`: ``attention(..., backend=...)`` and ``select_backend``.
 
-The model's contiguous cache, ``KVCache`` and ``LayerKVCache``, lives in :mod:`llmarch.kv_cache` and is
+The model's caches, ``KVCache``, ``LayerKVCache`` and the rolling ``RollingKVCache`` (sliding window and attention
+sinks), live in :mod:`llmarch.kv_cache` and are
 re-exported here.
 
 Conventions (DESIGN.md), stated once here:
@@ -29,10 +30,11 @@ Conventions (DESIGN.md), stated once here:
 """
 
 from llmarch.efficient.caches import PagedKVCache, kv_cache_bytes, paged_attention, repeat_kv
-from llmarch.efficient.dispatch import BACKENDS, MODEL_BACKENDS, attention, select_backend
+from llmarch.efficient.dispatch import BACKENDS, MODEL_BACKENDS, attention, choose_backend, select_backend
 from llmarch.efficient.flash import _tiles, attention_memory_bytes, flash_attention  # _tiles: used by the book
 from llmarch.efficient.flex import (
     alibi_score_mod,
+    build_block_mask,
     kerple_score_mod,
     causal_mask_mod,
     dense_bias_score_mod,
@@ -56,10 +58,12 @@ from llmarch.efficient.masks import (
     strided_mask,
 )
 from llmarch.efficient.triton_flash import TRITON_VERSION, triton_flash_attention
-from llmarch.kv_cache import KVCache, LayerKVCache
+from llmarch.kv_cache import KVCache, LayerKVCache, RollingKVCache, window_sink_mask
 
 __all__ = [
     "LayerKVCache",
+    "RollingKVCache",
+    "window_sink_mask",
     "KVCache",
     # Sparse attention patterns
     "sliding_window_mask",
@@ -90,12 +94,14 @@ __all__ = [
     "alibi_score_mod",
     "kerple_score_mod",
     "t5_score_mod",
+    "build_block_mask",
     "flex_attention_with",
     "flex_sliding_window",
     "flex_alibi",
     "flex_t5",
     "BACKENDS",
     "MODEL_BACKENDS",
+    "choose_backend",
     "select_backend",
     "attention",
 ]

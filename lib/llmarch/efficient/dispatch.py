@@ -8,6 +8,8 @@ Book: Efficient attention, "GPU paths".
 
 from __future__ import annotations
 
+import weakref
+
 import torch
 import torch.nn.functional as F
 
@@ -15,11 +17,13 @@ from llmarch._checks import check_tensor, shape_str
 from llmarch.efficient._validation import _check_bool_mask, _check_qkv
 from llmarch.efficient.caches import repeat_kv
 from llmarch.efficient.flash import flash_attention
-from llmarch.efficient.flex import causal_mask_mod, dense_bias_score_mod, dense_mask_mod, flex_attention_with
+from llmarch.efficient.flex import (
+    build_block_mask, causal_mask_mod, dense_bias_score_mod, dense_mask_mod, flex_attention_with,
+)
 from llmarch.efficient.triton_flash import triton_flash_attention
 from llmarch.reference_attention import scaled_dot_product_attention
 
-__all__ = ["BACKENDS", "MODEL_BACKENDS", "select_backend", "attention"]
+__all__ = ["BACKENDS", "MODEL_BACKENDS", "choose_backend", "select_backend", "attention"]
 
 
 BACKENDS = ("reference", "sdpa", "flash", "triton", "flex")
@@ -31,19 +35,28 @@ _TAKES_BIAS = {"reference", "sdpa", "flex"}
 _TAKES_DROPOUT = {"reference", "sdpa"}
 
 
-def select_backend(q: torch.Tensor, mask: torch.Tensor | None = None) -> str:
-    """The backend ``attention(..., backend="auto")`` uses.
+def choose_backend(device_type: str, has_mask: bool, dropout_p: float = 0.0, t_q: int = 2) -> str:
+    """The rule of ``backend="auto"`` as a pure function of what it looks at.
 
     Book: Efficient attention, "GPU paths".
 
-    On a CUDA tensor: ``"flex"`` (compiled) when there is a mask, whose fully masked tiles it skips, and
-    ``"sdpa"`` otherwise (torch's FlashAttention-2 / cuDNN kernels). Anywhere else: ``"sdpa"``, whose CPU kernel
+    On ``"cuda"``: ``"flex"`` (compiled) for a masked input of several queries, whose fully masked tiles it
+    skips; ``"sdpa"`` (torch's FlashAttention-2 / cuDNN kernels) for everything else: no mask, attention dropout
+    (``dropout_p > 0``, which flex cannot take) and single-token decoding steps (``t_q == 1``: one row of scores
+    has no tiles to skip, and flex would build a block mask for it). Anywhere else: ``"sdpa"``, whose CPU kernel
     is itself a tiled, online-softmax FlashAttention in C++. ``"flash"`` and ``"triton"`` are the teaching
     implementations of the same algorithm and are used only when asked for.
     """
-    if q.is_cuda:
-        return "flex" if mask is not None else "sdpa"
+    if device_type == "cuda" and has_mask and dropout_p == 0 and t_q > 1:
+        return "flex"
     return "sdpa"
+
+
+def select_backend(q: torch.Tensor, mask: torch.Tensor | None = None, dropout_p: float = 0.0) -> str:
+    """The backend ``attention(..., backend="auto")`` uses for queries ``q (B, H, t_q, d)``: :func:`choose_backend`
+    of ``q``'s device, whether there is a ``mask``, ``dropout_p`` and ``t_q``.
+    Book: Efficient attention, "GPU paths"."""
+    return choose_backend(q.device.type, mask is not None, dropout_p, q.shape[-2])
 
 
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None = None,
@@ -85,7 +98,7 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Ten
             raise ValueError(f"bias has shape {shape_str(bias.shape)} but the attention scores have shape "
                              f"{shape_str(score_shape)}: bias must broadcast to (B, H, t_q, t_k)")
     if backend == "auto":
-        backend = select_backend(q, mask)
+        backend = select_backend(q, mask, dropout_p)
     if backend not in BACKENDS:
         raise ValueError(f"backend must be 'auto' or one of {BACKENDS}, got {backend!r}")
     for what, given, able in (("a mask", mask is not None, _TAKES_MASK), ("a bias", bias is not None, _TAKES_BIAS),
@@ -96,11 +109,9 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Ten
     if backend == "sdpa":
         return _sdpa(q, k, v, mask, bias, is_causal, causal_offset, scale, dropout_p, n_rep)
     if backend == "flex":
-        full = _with_causal(mask, score_shape, is_causal, causal_offset, q.device) if mask is not None else None
-        mask_mod = dense_mask_mod(full.expand(score_shape)) if full is not None else (
-            causal_mask_mod(causal_offset) if is_causal else None)
+        block_mask = _flex_block_mask(mask, score_shape, is_causal, causal_offset, q.device)
         score_mod = None if bias is None else dense_bias_score_mod(bias.expand(score_shape))
-        return flex_attention_with(q, k, v, mask_mod=mask_mod, score_mod=score_mod, scale=scale)
+        return flex_attention_with(q, k, v, block_mask=block_mask, score_mod=score_mod, scale=scale)
     k, v = repeat_kv(k, n_rep), repeat_kv(v, n_rep)
     if backend == "reference":
         full = _with_causal(mask, score_shape, is_causal, causal_offset, q.device)
@@ -138,3 +149,29 @@ def _with_causal(mask, score_shape, is_causal, causal_offset, device):
     i = torch.arange(score_shape[-2], device=device)[:, None]
     tri = torch.arange(score_shape[-1], device=device)[None, :] <= i + causal_offset
     return tri if mask is None else mask & tri
+
+
+_LAST_BLOCK_MASK: list = []  # [(weak reference to the mask's base tensor or None, key, block mask)]
+
+
+def _flex_block_mask(mask, score_shape, is_causal, causal_offset, device):
+    """Flex's block mask of ``mask`` combined with the causal rule (``None`` when there is neither), built once
+    for all the layers of a forward pass: a model builds its mask once and hands the same tensor to every layer,
+    so the block mask of the last mask seen is kept and reused while that tensor (the same base, view and
+    version, so the same values) comes back with the same shapes."""
+    if mask is None and not is_causal:
+        return None
+    base = None if mask is None else (mask if mask._base is None else mask._base)
+    key = (tuple(score_shape), is_causal, causal_offset, str(device)) + (
+        () if mask is None else (tuple(mask.shape), mask.stride(), mask.storage_offset(), mask._version))
+    if _LAST_BLOCK_MASK:
+        ref, last_key, block_mask = _LAST_BLOCK_MASK[0]
+        if last_key == key and (ref is None if base is None else ref is not None and ref() is base):
+            return block_mask
+    if mask is None:
+        mask_mod = causal_mask_mod(causal_offset)
+    else:
+        mask_mod = dense_mask_mod(_with_causal(mask, score_shape, is_causal, causal_offset, device).expand(score_shape))
+    block_mask = build_block_mask(mask_mod, *score_shape, device=device)
+    _LAST_BLOCK_MASK[:] = [(None if base is None else weakref.ref(base), key, block_mask)]
+    return block_mask

@@ -22,6 +22,7 @@ __all__ = [
     "alibi_score_mod",
     "kerple_score_mod",
     "t5_score_mod",
+    "build_block_mask",
     "flex_attention_with",
     "flex_sliding_window",
     "flex_alibi",
@@ -151,20 +152,30 @@ def kerple_score_mod(r1: torch.Tensor, r2: torch.Tensor, variant: str = "log", o
 _FLEX_COMPILED = {}
 
 
+def build_block_mask(mask_mod, b: int, h: int, t_q: int, t_k: int, device=None):
+    """FlexAttention's block mask of ``mask_mod`` for scores ``(b, h, t_q, t_k)`` (``create_block_mask``): which
+    tiles are fully hidden, partly hidden or fully visible. Book: Efficient attention, "GPU paths"."""
+    from torch.nn.attention.flex_attention import create_block_mask
+
+    return create_block_mask(mask_mod, b, h, t_q, t_k, device=device)
+
+
 def flex_attention_with(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask_mod=None, score_mod=None,
-                        scale: float | None = None, compile: bool | None = None) -> torch.Tensor:
+                        scale: float | None = None, compile: bool | None = None, block_mask=None) -> torch.Tensor:
     """``torch.nn.attention.flex_attention`` with a ``mask_mod(b, h, q_idx, kv_idx) -> bool`` (True = may
     attend) and a ``score_mod(score, b, h, q_idx, kv_idx) -> score``.
 
     Book: Efficient attention, "GPU paths".
 
     Shapes: ``q (B, H, t_q, d)``, ``k, v (B, H_kv, t_k, d)`` with ``H`` a multiple of ``H_kv`` -> ``(B, H, t_q, d)``.
-    The ``mask_mod`` becomes a block mask (``create_block_mask``), so tiles it hides entirely are skipped by the
-    fused kernel. ``compile`` (default: True on CUDA, False elsewhere) runs ``torch.compile(flex_attention)``;
-    uncompiled, torch evaluates the same definition densely (``O(T^2)`` memory), which is what CPU tests use.
+    The ``mask_mod`` becomes a block mask (:func:`build_block_mask`), so tiles it hides entirely are skipped by the
+    fused kernel; a ``block_mask`` already built for these shapes (the layers of a model share one) is used as
+    it is, in place of ``mask_mod``. ``compile`` (default: True on CUDA, False elsewhere) runs
+    ``torch.compile(flex_attention)``; uncompiled, torch evaluates the same definition densely (``O(T^2)``
+    memory), which is what CPU tests use.
     Torch 2.13 has no FlexAttention backward on CPU: inputs that require grad raise there.
     """
-    from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+    from torch.nn.attention.flex_attention import flex_attention
 
     for name, t in (("q", q), ("k", k), ("v", v)):
         check_tensor(name, t, dims=4, floating=True)
@@ -177,9 +188,10 @@ def flex_attention_with(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask_
         raise RuntimeError("FlexAttention has no backward on CPU in torch 2.13: use flash_attention or sdpa for "
                            "gradients, or call flex under torch.no_grad()")
     compile = q.device.type == "cuda" if compile is None else compile
-    block_mask = None
+    if mask_mod is not None and block_mask is not None:
+        raise ValueError("pass either mask_mod or block_mask, not both")
     if mask_mod is not None:
-        block_mask = create_block_mask(mask_mod, b, h, t_q, k.shape[-2], device=q.device)
+        block_mask = build_block_mask(mask_mod, b, h, t_q, k.shape[-2], device=q.device)
     fn = flex_attention
     if compile:
         fn = _FLEX_COMPILED.setdefault("fn", torch.compile(flex_attention))

@@ -47,7 +47,9 @@ class GPTConfig:
       ``bias``). ``tie_embeddings``: the output layer shares the token embedding (Press & Wolf, 2017).
     - ``scale_embeddings``: multiply token embeddings by ``sqrt(d_model)``, as Vaswani et al. (2017) do.
     - ``sliding_window``: each token attends to itself and the ``sliding_window - 1`` tokens before it
-      (Mistral 7B; Jiang et al., 2023); ``None`` for full causal attention.
+      (Mistral 7B; Jiang et al., 2023); ``None`` for full causal attention. ``attention_sinks``: the first
+      ``attention_sinks`` tokens stay visible to every query, and the window then covers the last
+      ``sliding_window - attention_sinks`` tokens (StreamingLLM; Xiao et al., 2023; ``llmarch.kv_cache``).
     - ``qk_norm``: RMSNorm (eps ``norm_eps``) of queries and keys before RoPE (Dehghani et al., 2023): ``"head"``
       (or ``True``) normalises each head (Qwen3, Gemma 3), ``"projection"`` the whole q and k projections across
       heads (OLMo 2); see ``llmarch.attention.MultiHeadAttention``.
@@ -101,6 +103,7 @@ class GPTConfig:
     scale_embeddings: bool = False
     kerple_variant: str = "log"
     sliding_window: int | None = None
+    attention_sinks: int = 0
     qk_norm: bool | str = False
     attn_backend: str = "reference"
     moe: MoEConfig | None = None
@@ -139,6 +142,9 @@ class GPTConfig:
             raise ValueError(f"GPTConfig.ffn must be one of {FFNS}, got {self.ffn!r}")
         if self.sliding_window is not None and self.sliding_window < 1:
             raise ValueError(f"GPTConfig.sliding_window must be None or positive, got {self.sliding_window}")
+        if self.attention_sinks and not (self.sliding_window and 0 < self.attention_sinks < self.sliding_window):
+            raise ValueError(f"GPTConfig.attention_sinks={self.attention_sinks} needs a sliding_window larger than it, "
+                             f"got {self.sliding_window}")
         if self.rope_layout not in ROPE_LAYOUTS:
             raise ValueError(f"GPTConfig.rope_layout must be one of {ROPE_LAYOUTS}, got {self.rope_layout!r}")
         if self.kerple_variant not in KERPLE_VARIANTS:

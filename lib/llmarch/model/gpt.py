@@ -18,7 +18,7 @@ import torch
 from torch import nn
 
 from llmarch._checks import check_tensor, has_values, shape_str
-from llmarch.kv_cache import KVCache
+from llmarch.kv_cache import KVCache, window_sink_mask
 from llmarch.layers import TransformerBlock, make_norm
 from llmarch.mla import MultiHeadLatentAttention
 from llmarch.model.config import GPTConfig, tiny_gpt_config
@@ -98,8 +98,9 @@ class GPT(nn.Module):
         """``idx (B, T)`` long token ids -> final hidden states ``(B, T, d_model)`` (after ``norm_f``), which the
         tied head turns into logits. Learned positions limit the total
         length to ``context_length``; every other encoding accepts longer inputs (for length-generalisation
-        tests). With a ``KVCache`` (``KVCache(config.n_layers)``), ``idx`` holds only the new tokens: they take
-        the positions after the cached ones, and the logits equal those of a full recompute."""
+        tests). With a ``KVCache`` (``KVCache(config.n_layers)``, or :meth:`new_kv_cache`, rolling for a model with a
+        window), ``idx`` holds only the new tokens: they take the positions after the ones seen, and the logits
+        equal those of a full recompute."""
         check_tensor("idx", idx, dims=2)
         if idx.dtype != torch.long:
             raise ValueError(f"idx must hold token ids of dtype torch.long, got {idx.dtype}")
@@ -114,6 +115,14 @@ class GPT(nn.Module):
             raise ValueError(f"idx holds ids in [{int(idx.min())}, {int(idx.max())}] but vocab_size is {self.config.vocab_size}")
         if kv_cache is not None and len(kv_cache.layers) != len(self.blocks):
             raise ValueError(f"the cache has {len(kv_cache.layers)} layers but the model has {len(self.blocks)}")
+        if kv_cache is not None and kv_cache.window is not None and (kv_cache.window, kv_cache.sinks) != (
+                self.config.sliding_window, self.config.attention_sinks):
+            raise ValueError(f"the cache keeps a window of {kv_cache.window} keys with {kv_cache.sinks} sinks but the "
+                             f"model has sliding_window={self.config.sliding_window}, attention_sinks="
+                             f"{self.config.attention_sinks}: use model.new_kv_cache()")
+        if kv_cache is not None and kv_cache.window is not None and "full" in self.layer_types:
+            raise ValueError("a rolling cache drops keys that this model's full-attention layers need: use "
+                             "model.new_kv_cache(), which keeps every key")
         positions = torch.arange(past, past + t, device=idx.device)
         h = self.tok_emb(idx)
         if self.config.scale_embeddings:  # the factor rounded to the embedding dtype, as Gemma's code does
@@ -126,20 +135,33 @@ class GPT(nn.Module):
                 table = sinusoidal_encoding(past + t, self.config.d_model, device=h.device)
             h = h + table[positions].to(h.dtype)
         h = self.drop(h)
-        window = None if self.config.sliding_window is None else self.sliding_window_mask(past, t, idx.device)
+        window = None
+        if self.config.sliding_window is not None:
+            keys = None if kv_cache is None else kv_cache.layers[0].key_positions(t, idx.device)
+            window = self.sliding_window_mask(past, t, idx.device, key_positions=keys)
         for i, block in enumerate(self.blocks):
             mask = window if self.layer_types[i] == "sliding" else None
             h = block(h, is_causal=mask is None, mask=mask,
                       kv_cache=None if kv_cache is None else kv_cache.layers[i])
         return self.norm_f(h)
 
-    def sliding_window_mask(self, past: int, t: int, device=None) -> torch.Tensor:
-        """Boolean ``(t, past + t)`` mask of Mistral's sliding window for ``t`` new queries after ``past`` cached
-        tokens: query position ``i`` may attend to key position ``j`` iff ``0 <= i - j < sliding_window``.
-        Book: From GPT-2 to Llama 3, "After Llama 3"."""
-        i = torch.arange(past, past + t, device=device)[:, None]
-        j = torch.arange(past + t, device=device)[None, :]
-        return (j <= i) & (i - j < self.config.sliding_window)
+    def sliding_window_mask(self, past: int, t: int, device=None, key_positions=None) -> torch.Tensor:
+        """Boolean ``(t, T_k)`` mask of Mistral's sliding window for ``t`` new queries after ``past`` tokens:
+        query position ``i`` may attend to key position ``j`` iff ``0 <= i - j < sliding_window``, or, with
+        ``attention_sinks = S``, iff ``j <= i`` and (``j < S`` or ``i - j < sliding_window - S``)
+        (:func:`llmarch.kv_cache.window_sink_mask`). ``key_positions (T_k,)``: those of the keys attended over
+        (default ``0 .. past + t - 1``; a rolling cache holds fewer). Book: From GPT-2 to Llama 3, "After Llama 3"."""
+        queries = torch.arange(past, past + t, device=device)
+        keys = torch.arange(past + t, device=device) if key_positions is None else key_positions
+        return window_sink_mask(queries, keys, self.config.sliding_window, self.config.attention_sinks)
+
+    def new_kv_cache(self) -> KVCache:
+        """An empty cache for this model: rolling (at most ``sliding_window`` keys per layer, the first
+        ``attention_sinks`` tokens kept) when every layer is a sliding one, else one that keeps every key (a
+        model with full layers, like Gemma's, needs them all; its sliding layers mask the rest)."""
+        rolling = all(kind == "sliding" for kind in self.layer_types)
+        return KVCache(len(self.blocks), window=self.config.sliding_window if rolling else None,
+                       sinks=self.config.attention_sinks if rolling else 0)
 
     def forward(self, idx: torch.Tensor, kv_cache: KVCache | None = None) -> torch.Tensor:
         """``idx (B, T)`` long token ids -> logits ``(B, T, vocab_size)`` (see :meth:`features`)."""
