@@ -2,7 +2,7 @@
 soft-capping of attention and output logits (Gemma 2), and the z-loss (PaLM).
 
 Book: From GPT-2 to Llama 3, "After Llama 3", section "Stability: more norms, bounded logits". Regenerate the
-files with ``make experiments`` or ``.venv/bin/python book/experiments/logit_stability.py`` (about 5
+files with ``make experiments`` or ``.venv/bin/python book/experiments/logit_stability.py`` (about 4
 CPU-minutes on one thread; the CPU time is in the summary). Everything is seeded; a rerun on the same machine
 reproduces the files.
 
