@@ -29,7 +29,7 @@ EXPERIMENT_SECTIONS = [
     ("### Measured on a tiny model", "(modern-loading)="),
     ("How large the growth can be, and what each fix does", "### Mixture of experts"),
     ("## Summary", "## Check your understanding"),
-    ("```{admonition} Expected outcome of exercise 4", "```{admonition} Expected outcome of exercise 6"),
+    ("```{admonition} Expected outcome of exercise 3", "```{admonition} Expected outcome of exercise 6"),
 ]
 # Decimal numbers in those sections that need no claim(): a phrase around each, and why.
 NOT_CLAIMED = {
