@@ -3,8 +3,8 @@
 The chapter's hidden cells call ``claim(text, value)`` for each number of its prose about its experiments, so
 a rerun that moves a number stops the book build. These tests check that the helper fails on a moved number,
 that the chapter's checks fail when the data move (by running its cells on an altered copy of a CSV), and
-that every decimal number of the experiment sections' prose is claimed, or named below with the reason it
-needs no claim.
+that every decimal number and every number written with thousands separators in the experiment sections'
+prose is claimed, or named below with the reason it needs no claim.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[1]
 CHAPTER = ROOT / "book" / "modern-decoder.md"
 DATA = ROOT / "book" / "data"
 CELL = re.compile(r"^(`{3,4})\{code-cell\} ipython3\n(.*?)^\1$", flags=re.S | re.M)
-NUMBER = re.compile(r"[−+-]?\d[\d,]*\.\d+")
+NUMBER = re.compile(r"[−+-]?\d[\d,]*\.\d+|\d{1,3}(?:,\d{3})+")  # decimals and 1,234
 
 # The prose about the chapter's experiments: (first line, the line that ends it).
 EXPERIMENT_SECTIONS = [
@@ -39,7 +39,9 @@ NOT_CLAIMED = {
     "end above 2.7 nats": "a threshold; the count of seeds above it is asserted",
     "within 0.003 nats of the others": "an inequality, asserted after exercise 5",
     "Llama 3.1": "a model's name",
-    "multiplies by 1.3 (14,336)": "Llama 3's published FFN multiplier, not an experiment",
+    "multiplies by 1.3 (14,336)": "Llama 3's published FFN multiplier and width, not an experiment",
+    "up (11,008)": "Llama 2's published FFN width",
+    "1,000 steps": "Chen et al.'s fine-tuning, cited",
 }
 
 
@@ -161,6 +163,7 @@ def prose_of_experiment_sections(text: str) -> str:
 
 
 def test_every_decimal_number_of_the_experiment_prose_is_claimed():
+    """Decimals and numbers with thousands separators; small integers (settings) are asserted in the cells."""
     text = CHAPTER.read_text()
     claimed = set()
     for cell in code_cells(text):
