@@ -181,6 +181,7 @@ experiments: $(PY_STAMP)
 	$(PY) book/experiments/scaling_study.py
 	$(PY) book/experiments/modern_decoder.py --jobs 2
 	$(PY) book/experiments/moe_training.py
+	$(PY) book/experiments/logit_stability.py
 	$(PY) book/experiments/induction_heads.py
 	$(PY) book/experiments/pretraining_objectives.py --jobs 2
 	$(PY) book/experiments/t5_diagnostics.py

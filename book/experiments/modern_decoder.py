@@ -3,7 +3,7 @@ context extension.
 
 Book: From GPT-2 to Llama 3, "The ablation" and "Context extension". Regenerate the files with
 ``make experiments`` or ``nice .venv/bin/python book/experiments/modern_decoder.py --jobs 2`` (about
-30 CPU-minutes; ``--jobs N`` runs the independent trainings in N one-thread processes, with the same results
+20 CPU-minutes; ``--jobs N`` runs the independent trainings in N one-thread processes, with the same results
 as ``--jobs 1``). Everything is seeded; a rerun on the same machine reproduces the files, but across machines
 the runs are not bit-reproducible and single runs can move by as much as the spread between seeds: compare
 means over seeds.
