@@ -15,6 +15,8 @@ One module per algorithm, each stating its conventions in its docstring; everyth
   :func:`merge_by_rank_heap` for encoding);
 - :mod:`~llmarch.tokenizers.vocab_files` and :mod:`~llmarch.tokenizers.openai`: the file formats of published
   vocabularies, and GPT-2, GPT-4 and GPT-4o from the installed files (:func:`openai_tokenizer`);
+- :mod:`~llmarch.tokenizers.encoding`: tiktoken's interface (:class:`Encoding`, :func:`get_encoding`,
+  :func:`encoding_for_model`): ``import llmarch.tokenizers as tiktoken`` runs code written for tiktoken;
 - :mod:`~llmarch.tokenizers.wordpiece`: WordPiece (:class:`WordPieceTokenizer`; BERT);
 - :mod:`~llmarch.tokenizers.unigram`: the Unigram language model (:class:`UnigramTokenizer`; Kudo, 2018;
   SentencePiece);
@@ -25,7 +27,14 @@ Every public function checks its arguments and raises ``TypeError``/``ValueError
 
 from .bpe import BPETokenizer
 from .merging import merge_by_rank_heap
-from .openai import OPENAI_SPECIAL_TOKENS, OPENAI_SPLIT_PATTERNS, openai_tokenizer
+from .openai import ENCODING_NAMES, OPENAI_SPECIAL_TOKENS, OPENAI_SPLIT_PATTERNS, R50K_SPLIT_PATTERN, openai_tokenizer
+from .encoding import (
+    Encoding,
+    encoding_for_model,
+    encoding_name_for_model,
+    get_encoding,
+    list_encoding_names,
+)
 from .pretokenize import (
     CL100K_SPLIT_PATTERN,
     GPT2_SPLIT_PATTERN,
@@ -51,6 +60,13 @@ __all__ = [
     "OPENAI_SPECIAL_TOKENS",
     "OPENAI_SPLIT_PATTERNS",
     "openai_tokenizer",
+    "ENCODING_NAMES",
+    "R50K_SPLIT_PATTERN",
+    "Encoding",
+    "get_encoding",
+    "encoding_for_model",
+    "encoding_name_for_model",
+    "list_encoding_names",
     "openai_vocabulary_files",
     "read_tiktoken_ranks",
     "read_gpt2_files",
