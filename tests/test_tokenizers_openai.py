@@ -27,6 +27,7 @@ from tiktoken_ext import openai_public  # noqa: E402
 from llmarch.tokenizers import (  # noqa: E402
     OPENAI_SPECIAL_TOKENS,
     BPETokenizer,
+    encoding_spec,
     merge_by_rank_heap,
     openai_tokenizer,
     openai_vocabulary_files,
@@ -52,17 +53,24 @@ def oracle_dir(tmp_path_factory):
     return tmp_path_factory.mktemp("tiktoken-files")
 
 
-@pytest.fixture(scope="module")
-def oracles(oracle_dir):
-    """tiktoken.Encoding for each name, from tiktoken's own constructors with the files read locally."""
+def tiktoken_oracles(names, folder):
+    """tiktoken.Encoding for each name, from tiktoken's own constructors with the files read locally.
+
+    r50k_base's and p50k_base's rank files are written from llmarch's derivation (GPT-2's encoder.json, plus
+    the runs of spaces for p50k) in tiktoken's format; tiktoken checks the sha256 it pins for every file."""
     local = {
         "vocab.bpe": str(FILES["gpt2"][1]),
         "encoder.json": str(FILES["gpt2"][0]),
     }
     for name in ("cl100k_base", "o200k_base"):
-        plain = oracle_dir / f"{name}.tiktoken"
+        plain = folder / f"{name}.tiktoken"
         plain.write_bytes(gzip.decompress(FILES[name][0].read_bytes()))
         local[f"{name}.tiktoken"] = str(plain)
+    for name in ("r50k_base", "p50k_base"):
+        ranks = sorted(encoding_spec(name)["mergeable_ranks"].items(), key=lambda item: item[1])
+        derived = folder / f"{name}.tiktoken"
+        derived.write_bytes(b"".join(base64.b64encode(t) + b" %d\n" % r for t, r in ranks))
+        local[f"{name}.tiktoken"] = str(derived)
 
     def to_local(url):
         return local[url.rsplit("/", 1)[1]]
@@ -76,9 +84,14 @@ def oracles(oracle_dir):
                    vocab_bpe_hash, encoder_json_hash: real_data_gym(to_local(vocab_bpe_file),
                                                                     to_local(encoder_json_file),
                                                                     vocab_bpe_hash, encoder_json_hash))
-        specs = {name: getattr(openai_public, name)() for name in NAMES}
+        specs = {name: getattr(openai_public, name)() for name in names}
     return {name: tiktoken.Encoding(spec["name"], pat_str=spec["pat_str"], mergeable_ranks=spec["mergeable_ranks"],
                                     special_tokens=spec["special_tokens"]) for name, spec in specs.items()}
+
+
+@pytest.fixture(scope="module")
+def oracles(oracle_dir):
+    return tiktoken_oracles(NAMES, oracle_dir)
 
 
 @pytest.fixture(scope="module")
@@ -262,3 +275,51 @@ def test_encode_iterable_keeps_the_pre_tokens_of_a_trailing_whitespace_run(oracl
     for line in lines:
         assert list(ours[name].encode_iterable([line])) == oracles[name].encode(line), (name, repr(line))
     assert list(ours[name].encode_iterable(lines)) == oracles[name].encode("".join(lines)), name
+
+
+# --- encode_iterable == encode on any chunking -------------------------------------------------------------------
+
+ADVERSARIAL = (
+    "x   y\t\tz\n\n\n}\r\n\r\n  \n \t \n" "a \n  \n     \nb \r\n    \r\n" "x\n    \ny" "we'll I'M they'RE it’s 'll'" "1234567 ８９０ ½²" "日本語の文🙂👨‍👩‍👧 e\u0301\u0302"
+    " <|endoftext|> <|endof <|fim_prefix|><|endofprompt|>|> <|" "caféCamelCASE  \u00a0\u3000x"
+    " pair \ud83d\ude00 lone \ud83d end  \t\n"
+)
+
+
+def _random_chunks(text, rng, max_cuts):
+    """``text`` cut at random positions (repeated cuts give empty chunks)."""
+    cuts = sorted(rng.choices(range(len(text) + 1), k=rng.randint(1, max_cuts)))
+    return [text[i:j] for i, j in zip([0, *cuts], [*cuts, len(text)])]
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_encode_iterable_equals_encode_on_any_chunking(oracles, ours, name):
+    """A property test: the ids of encode_iterable equal encode's (and tiktoken's) for two chunks split at every
+    position of an adversarial text (whitespace runs, tabs, newlines, digits, contractions, CJK, emoji, special
+    tokens and their prefixes, a surrogate pair), and for seeded random chunkings of it and of real text; with
+    the special tokens allowed and with them read as text."""
+    tok, rng = ours[name], random.Random(39)
+    real = TEXTS["stdlib"][7][:4000] + TEXTS["scripts"][16] + TEXTS["book"][1][:4000]
+    for allowed, disallowed in (("all", "all"), (set(), ())):
+        def check(chunks, text):
+            expected = oracles[name].encode(_fix_surrogates(text), allowed_special=allowed,
+                                            disallowed_special=disallowed)
+            assert tok.encode(text, allowed_special=allowed, disallowed_special=disallowed) == expected
+            got = list(tok.encode_iterable(chunks, allowed_special=allowed, disallowed_special=disallowed))
+            assert got == expected, (name, chunks)
+
+        for i in range(len(ADVERSARIAL) + 1):
+            check([ADVERSARIAL[:i], ADVERSARIAL[i:]], ADVERSARIAL)
+        for _ in range(150):
+            check(_random_chunks(ADVERSARIAL, rng, 60), ADVERSARIAL)
+        for _ in range(8):
+            check(_random_chunks(real, rng, 400), real)
+
+
+def _fix_surrogates(text):
+    return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+
+
+def test_encode_iterable_raises_on_a_disallowed_special_token_cut_by_chunks(ours):
+    with pytest.raises(ValueError, match="not allowed"):
+        list(ours["cl100k_base"].encode_iterable(["text <|endof", "text|> more"]))

@@ -27,7 +27,14 @@ Every public function checks its arguments and raises ``TypeError``/``ValueError
 
 from .bpe import BPETokenizer
 from .merging import merge_by_rank_heap
-from .openai import ENCODING_NAMES, OPENAI_SPECIAL_TOKENS, OPENAI_SPLIT_PATTERNS, R50K_SPLIT_PATTERN, openai_tokenizer
+from .openai import (
+    ENCODING_NAMES,
+    OPENAI_SPECIAL_TOKENS,
+    OPENAI_SPLIT_PATTERNS,
+    R50K_SPLIT_PATTERN,
+    encoding_spec,
+    openai_tokenizer,
+)
 from .encoding import (
     Encoding,
     encoding_for_model,
@@ -62,6 +69,7 @@ __all__ = [
     "openai_tokenizer",
     "ENCODING_NAMES",
     "R50K_SPLIT_PATTERN",
+    "encoding_spec",
     "Encoding",
     "get_encoding",
     "encoding_for_model",
