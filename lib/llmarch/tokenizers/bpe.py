@@ -138,7 +138,7 @@ class BPETokenizer:
         self.byte_ids = byte_ids
         self._whole_pieces = whole_pieces  # {bytes: id} of a tiktoken vocabulary: merged by byte strings
         self.special_tokens = dict(special_tokens)
-        for tok, i in self.special_tokens.items():
+        for tok, i in reversed(self.special_tokens.items()):  # an id with two names decodes to the first
             vocab[i] = tok.encode("utf-8")
         self.vocab = vocab
         self._special_regexes: dict[frozenset, re.Pattern | None] = {}
