@@ -1,0 +1,22 @@
+"""Run the ported suite as upstream runs it: against an installed library.
+
+Hypothesis (6.131 and later) draws, now and then, string constants mined from the *local* modules that are
+imported (not those under site-packages). tiktoken's suite runs against an installed tiktoken, whose special
+tokens are never drawn that way (the suite found `"<|fim_middle|>"` here once in 100 examples); ``test_hyp_roundtrip`` encodes with the default ``disallowed_special="all"``,
+which raises on them by design. llmarch is local here, and ``llmarch.tokenizers.openai`` spells out
+``"<|fim_middle|>"``, so its modules are marked as already seen by hypothesis (it then mines nothing from
+them), as an installed package's would be skipped. The test files are not changed.
+"""
+
+import sys
+
+import llmarch.tokenizers  # noqa: F401  (imports every module the suite uses)
+
+try:
+    from hypothesis.internal.conjecture import providers
+except ImportError:  # another hypothesis: nothing to do
+    providers = None
+if providers is not None and hasattr(providers, "_seen_modules"):
+    providers._seen_modules.update(
+        id(module) for name, module in list(sys.modules.items()) if name.split(".")[0] == "llmarch"
+    )
