@@ -2,10 +2,10 @@
 
 Hypothesis (6.131 and later) draws, now and then, string constants mined from the *local* modules that are
 imported (not those under site-packages). tiktoken's suite runs against an installed tiktoken, whose special
-tokens are never drawn that way (the suite found `"<|fim_middle|>"` here once in 100 examples); ``test_hyp_roundtrip`` encodes with the default ``disallowed_special="all"``,
-which raises on them by design. llmarch is local here, and ``llmarch.tokenizers.openai`` spells out
-``"<|fim_middle|>"``, so its modules are marked as already seen by hypothesis (it then mines nothing from
-them), as an installed package's would be skipped. The test files are not changed.
+tokens are never drawn that way; ``test_hyp_roundtrip`` encodes with the default ``disallowed_special="all"``,
+which raises on them by design. llmarch is local here and ``llmarch.tokenizers.openai`` spells out
+``"<|fim_middle|>"`` (drawn once in 100 examples), so llmarch's modules are marked as already seen by
+hypothesis, which then mines nothing from them, as for an installed package. The test files are not changed.
 """
 
 import sys
