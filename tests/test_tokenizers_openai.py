@@ -255,15 +255,16 @@ def test_encode_iterable_equals_encode_on_file_lines(oracles, ours, name, tmp_pa
     path = tmp_path / "lines.txt"
     path.write_text(text, encoding="utf-8", newline="")
     with open(path, encoding="utf-8", newline="") as f:
-        stream = ours[name].encode_iterable(f)
+        stream = ours[name].encode_iterable(f, buffer_chars=1)
         assert next(stream) == oracles[name].encode(text)[0]  # lazy: the first id before the rest is read
         assert [oracles[name].encode(text)[0], *stream] == oracles[name].encode(text)
     # chunks cut at arbitrary places inside words and whitespace runs
     rng = random.Random(0)
     cuts = sorted(rng.sample(range(1, len(text)), 50))
     chunks = [text[i:j] for i, j in zip([0, *cuts], [*cuts, len(text)])]
-    got = list(ours[name].encode_iterable(chunks))
+    got = list(ours[name].encode_iterable(chunks, buffer_chars=1))
     assert ours[name].decode(got) == text
+    assert list(ours[name].encode_iterable(chunks, buffer_chars=500)) == got == oracles[name].encode(text)
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -273,8 +274,8 @@ def test_encode_iterable_keeps_the_pre_tokens_of_a_trailing_whitespace_run(oracl
     [298, 534] against tiktoken's [197, 197, 534]). Lines of tab-indented code, as a file is read."""
     lines = ["\t\t}\n", "\n\n}", "def f():\n", "\t\treturn 1\n", "\t\n", "    x = 1  \n", "\t\t}\n\n", "  \t \n"]
     for line in lines:
-        assert list(ours[name].encode_iterable([line])) == oracles[name].encode(line), (name, repr(line))
-    assert list(ours[name].encode_iterable(lines)) == oracles[name].encode("".join(lines)), name
+        assert list(ours[name].encode_iterable([line], buffer_chars=1)) == oracles[name].encode(line), repr(line)
+    assert list(ours[name].encode_iterable(lines, buffer_chars=1)) == oracles[name].encode("".join(lines)), name
 
 
 # --- encode_iterable == encode on any chunking -------------------------------------------------------------------
@@ -305,7 +306,8 @@ def test_encode_iterable_equals_encode_on_any_chunking(oracles, ours, name):
             expected = oracles[name].encode(_fix_surrogates(text), allowed_special=allowed,
                                             disallowed_special=disallowed)
             assert tok.encode(text, allowed_special=allowed, disallowed_special=disallowed) == expected
-            got = list(tok.encode_iterable(chunks, allowed_special=allowed, disallowed_special=disallowed))
+            got = list(tok.encode_iterable(chunks, allowed_special=allowed, disallowed_special=disallowed,
+                                           buffer_chars=1))  # each chunk as it comes
             assert got == expected, (name, chunks)
 
         for i in range(len(ADVERSARIAL) + 1):
@@ -322,4 +324,4 @@ def _fix_surrogates(text):
 
 def test_encode_iterable_raises_on_a_disallowed_special_token_cut_by_chunks(ours):
     with pytest.raises(ValueError, match="not allowed"):
-        list(ours["cl100k_base"].encode_iterable(["text <|endof", "text|> more"]))
+        list(ours["cl100k_base"].encode_iterable(["text <|endof", "text|> more"], buffer_chars=1))

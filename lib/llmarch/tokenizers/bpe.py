@@ -463,54 +463,62 @@ class BPETokenizer:
         allowed, disallowed = self._special_sets(allowed_special, disallowed_special)
         self._raise_if_disallowed(disallowed, text)
         text = _replace_lone_surrogates(text)
+        if rng is None:
+            return self._encode_parts(self._split_special(text, allowed))
         ids: list[int] = []
         for chunk, is_special in self._split_special(text, allowed):
             if is_special:
                 ids.append(self.special_tokens[chunk])
-            elif rng is None:
-                ids += self._encode_ordinary(chunk)
             else:
                 byte_ids = self.byte_ids
                 for piece in self._pretokenize(chunk):
                     ids += self._merge_pretoken_dropout([byte_ids[b] for b in piece.encode("utf-8")], dropout, rng)
         return ids
 
-    def encode_iterable(self, chunks: Iterable[str], allowed_special=(), disallowed_special="all") -> Iterator[int]:
-        """Yield the ids of the concatenated ``chunks`` (e.g. the lines of an open file) lazily, in bounded memory.
+    def encode_iterable(self, chunks: Iterable[str], allowed_special=(), disallowed_special="all",
+                        buffer_chars: int = 65536) -> Iterator[int]:
+        """The ids of the concatenated ``chunks`` (e.g. the lines of an open file), lazily, in bounded memory.
 
         Book: Tokenizers, "Real vocabularies".
 
         The ids equal ``encode("".join(chunks), allowed_special=..., disallowed_special=...)`` on any chunking
-        (a property test checks GPT-2's, GPT-4's and GPT-4o's patterns). After each chunk, the pre-tokens that
-        no later text can change are encoded; the rest of the text is held back and split again with the next
-        chunk. A pre-token is final when it ends at least 3 characters before the end of the text read so far
-        (the longest look-ahead of these patterns: a contraction ``'ll`` after a word), before the trailing
-        run of whitespace (whose split depends on what follows: ``\\s+(?!\\S)``, ``\\s*[\\r\\n]``,
-        ``\\s++$``) and before a trailing prefix of a special token (which the next chunk may complete). A pattern
-        of your own that looks further ahead needs its own margin. A disallowed special token raises
-        ``ValueError`` when the chunk that completes it is read (after the ids before it were yielded). The
-        text held back is one run of whitespace plus a few pre-tokens, except in a text that never stops
-        being whitespace or one word.
+        (a property test checks GPT-2's, GPT-4's and GPT-4o's patterns). Chunks are gathered until they hold
+        ``buffer_chars`` characters (1: each chunk as it comes); then the pre-tokens that no later text can
+        change are encoded, and the rest of the text is held back and split again with what follows. A
+        pre-token is final when it ends at least 3 characters before the end of the text read so far (the
+        longest look-ahead of these patterns: a contraction ``'ll`` after a word), before the trailing run of
+        whitespace (whose split depends on what follows: ``\\s+(?!\\S)``, ``\\s*[\\r\\n]``, ``\\s++$``) and
+        before a trailing prefix of a special token (which the next chunk may complete). A pattern of your own
+        that looks further ahead needs its own margin. A disallowed special token raises ``ValueError`` when
+        the text that completes it is read (after the ids before it). The memory held is ``buffer_chars`` plus
+        one chunk, the ids of one buffer and the text held back (one run of whitespace plus a few pre-tokens,
+        except in a text that never stops being whitespace or one word).
         """
         if isinstance(chunks, str) or not isinstance(chunks, Iterable):
             raise TypeError(f"chunks must be an iterable of str (e.g. an open text file), got {_type_name(chunks)}")
+        _check_int("buffer_chars", buffer_chars, minimum=1)
         allowed, disallowed = self._special_sets(allowed_special, disallowed_special)
+        return chain.from_iterable(self._id_batches(chunks, allowed, disallowed, buffer_chars))
+
+    def _id_batches(self, chunks, allowed: frozenset, disallowed: frozenset, buffer_chars: int):
+        """The ids of :meth:`encode_iterable`, one list per buffer of text."""
         prefixes = self._special_prefixes(allowed | disallowed)
         longest_prefix = max(map(len, prefixes), default=0)
-        held = ""
+        held, buffered, size = "", [], 0
         for k, chunk in enumerate(chunks):
             _check_str(f"chunk {k}", chunk)
-            text = held + chunk
-            pending = text[-1] if text and "\ud800" <= text[-1] <= "\udbff" else ""  # half a surrogate pair
+            buffered.append(chunk)
+            size += len(chunk)
+            if size < buffer_chars:
+                continue
+            text = held + "".join(buffered)
+            buffered, size = [], 0
+            pending = text[-1] if "\ud800" <= text[-1] <= "\udbff" else ""  # half a surrogate pair
             text = text[: len(text) - len(pending)]
             self._raise_if_disallowed(disallowed, text)
             parts = self._split_special(_replace_lone_surrogates(text), allowed)
             tail = parts.pop()[0] if parts and not parts[-1][1] else ""
-            for part, is_special in parts:
-                if is_special:
-                    yield self.special_tokens[part]
-                else:
-                    yield from self._encode_ordinary(part)
+            ids = self._encode_parts(parts)
             limit = min(len(tail) - 3, len(tail.rstrip()))
             for cut in range(min(longest_prefix, len(tail)), 0, -1):
                 if tail[-cut:] in prefixes:
@@ -521,14 +529,22 @@ class BPETokenizer:
             while final and end > limit:
                 final -= 1
                 end -= len(pieces[final])
-            yield from self._encode_pretokens(pieces[:final])
+            ids += self._encode_pretokens(pieces[:final])
             held = tail[end:] + pending
-        if held:
-            for part, is_special in self._split_special(_replace_lone_surrogates(held), allowed):
-                if is_special:
-                    yield self.special_tokens[part]
-                else:
-                    yield from self._encode_ordinary(part)
+            yield ids
+        text = held + "".join(buffered)
+        self._raise_if_disallowed(disallowed, text)
+        yield self._encode_parts(self._split_special(_replace_lone_surrogates(text), allowed))
+
+    def _encode_parts(self, parts: list[tuple[str, bool]]) -> list[int]:
+        """The ids of text cut at special tokens: ``(text, is_special)`` pairs."""
+        ids: list[int] = []
+        for part, is_special in parts:
+            if is_special:
+                ids.append(self.special_tokens[part])
+            else:
+                ids += self._encode_ordinary(part)
+        return ids
 
     def _special_prefixes(self, specials: frozenset) -> frozenset:
         """Every proper prefix of the given special tokens (a text ending with one may continue into a token)."""
