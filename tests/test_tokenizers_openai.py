@@ -26,11 +26,13 @@ from tiktoken_ext import openai_public  # noqa: E402
 
 from llmarch.tokenizers import (  # noqa: E402
     OPENAI_SPECIAL_TOKENS,
+    UNICODE_16_CLASSES,
     BPETokenizer,
     encoding_spec,
     merge_by_rank_heap,
     openai_tokenizer,
     openai_vocabulary_files,
+    pin_unicode,
 )
 
 NAMES = ("gpt2", "cl100k_base", "o200k_base")
@@ -325,3 +327,43 @@ def _fix_surrogates(text):
 def test_encode_iterable_raises_on_a_disallowed_special_token_cut_by_chunks(ours):
     with pytest.raises(ValueError, match="not allowed"):
         list(ours["cl100k_base"].encode_iterable(["text <|endof", "text|> more"], buffer_chars=1))
+
+
+# --- Unicode 16.0, as tiktoken's engine ------------------------------------------------------------------------
+
+def _probe(pattern, text):
+    """The characters of ``text`` that tiktoken's engine matches with ``pattern`` (a byte-level vocabulary:
+    the pieces come back as their bytes; text the pattern skips is dropped)."""
+    enc = tiktoken.Encoding("probe", pat_str=pattern, mergeable_ranks={bytes([b]): b for b in range(256)},
+                            special_tokens={})
+    return enc.decode(enc.encode_ordinary(text))
+
+
+def test_unicode_16_table_equals_tiktoken_engine():
+    every = "".join(chr(c) for c in range(0x110000) if not 0xD800 <= c < 0xE000)
+    for name, ranges in UNICODE_16_CLASSES.items():
+        table = set()
+        for item in ranges.split():
+            first, _, last = item.partition("-")
+            table.update(range(int(first, 16), int(last or first, 16) + 1))
+        assert {ord(c) for c in _probe(rf"\p{{{name}}}", every)} == table, name
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_pinned_unicode_splits_as_tiktoken(oracles, name):
+    """Where the regex module's Unicode and tiktoken's (16.0) differ, the default pattern splits differently
+    and the pinned one as tiktoken: every such code point, in contexts that exercise each class."""
+    from llmarch.tokenizers.unicode16 import _regex_view, _unicode16
+
+    spec = encoding_spec(name)
+    pinned = BPETokenizer.from_tiktoken(spec["mergeable_ranks"], pin_unicode(spec["pat_str"]),
+                                        spec["special_tokens"])
+    differ = sorted(set().union(*(_unicode16(p) ^ _regex_view(p) for p in ("L", "N", "Lu", "Ll", "Lo", "M"))))
+    contexts = ["{c}'s", " {c}{c}1", "a{c}B", "1{c}2", "Ab{c}", "!{c}x", "{c}\u0301x"]
+    texts = [ctx.format(c=chr(cp)) for k, cp in enumerate(differ[::7]) for ctx in contexts[k % 7:k % 7 + 2]]
+    texts.append("\u0558's")
+    text = " ".join(texts)
+    assert pinned.encode(text) == oracles[name].encode(text)
+    assert openai_tokenizer(name).encode(text) != oracles[name].encode(text)  # the gap the option closes
+    sample = TEXTS["stdlib"][1] + SCRIPTS[4] + TEXTS["stress"][-1]
+    assert pinned.encode(sample) == oracles[name].encode(_fix_surrogates(sample))

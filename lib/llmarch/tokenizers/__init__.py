@@ -17,6 +17,7 @@ One module per algorithm, each stating its conventions in its docstring; everyth
   vocabularies, and GPT-2, GPT-4 and GPT-4o from the installed files (:func:`openai_tokenizer`);
 - :mod:`~llmarch.tokenizers.encoding`: tiktoken's interface (:class:`Encoding`, :func:`get_encoding`,
   :func:`encoding_for_model`): ``import llmarch.tokenizers as tiktoken`` runs code written for tiktoken;
+- :mod:`~llmarch.tokenizers.unicode16`: tiktoken's Unicode (16.0) in the patterns (:func:`pin_unicode`);
 - :mod:`~llmarch.tokenizers.wordpiece`: WordPiece (:class:`WordPieceTokenizer`; BERT);
 - :mod:`~llmarch.tokenizers.unigram`: the Unigram language model (:class:`UnigramTokenizer`; Kudo, 2018;
   SentencePiece);
@@ -49,6 +50,7 @@ from .pretokenize import (
     O200K_SPLIT_PATTERN,
     pretokenize,
 )
+from .unicode16 import UNICODE_16_CLASSES, pin_unicode
 from .vocab_files import bytes_to_unicode, openai_vocabulary_files, read_gpt2_files, read_tiktoken_ranks
 from .classic import END_OF_WORD, bpe_segment_word, merge_symbols, train_bpe_words
 from .unigram import UnigramTokenizer
@@ -70,6 +72,8 @@ __all__ = [
     "ENCODING_NAMES",
     "R50K_SPLIT_PATTERN",
     "encoding_spec",
+    "pin_unicode",
+    "UNICODE_16_CLASSES",
     "Encoding",
     "get_encoding",
     "encoding_for_model",
