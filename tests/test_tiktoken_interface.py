@@ -156,3 +156,20 @@ def test_pickle_and_custom_encodings():
     with pytest.raises(ValueError, match="explicit_n_vocab"):
         ours.Encoding("bad", pat_str=enc._pat_str, mergeable_ranks=enc._mergeable_ranks, special_tokens={},
                       explicit_n_vocab=50281)
+
+
+@pytest.mark.parametrize("name", ["gpt2", "cl100k_base", "o200k_base"])
+def test_encode_with_unstable_equals_tiktoken(oracles, name):
+    """The stable ids and the set of completions (tiktoken returns them in a hash set's order)."""
+    enc, ref = ours.get_encoding(name), oracles[name]
+    texts = ["hello fanta", "def f(x):\n    ret", "x = 1\n\n", "trailing   ", "a\n \n", "naïve caf", "日本",
+             "<|endoftext|>", "word<|endoftext|>", "12345", "he said 'we'l"]
+    for text in texts:
+        for allowed in (set(), "all") if "<|" in text else (set(),):
+            stable, completions = enc.encode_with_unstable(text, allowed_special=allowed, disallowed_special=())
+            ref_stable, ref_completions = ref.encode_with_unstable(text, allowed_special=allowed,
+                                                                   disallowed_special=())
+            assert stable == ref_stable, (text, allowed)
+            assert sorted(map(tuple, completions)) == sorted(map(tuple, ref_completions)), (text, allowed)
+    with pytest.raises(ValueError):
+        enc.encode_with_unstable("a <|endoftext|>")

@@ -17,12 +17,17 @@ the pattern is pinned to Unicode 16.0 (:func:`~llmarch.tokenizers.pin_unicode`, 
 
 from __future__ import annotations
 
+import bisect
 import threading
 from collections.abc import Mapping, Sequence
+
+import regex
 
 from .bpe import BPETokenizer, _replace_lone_surrogates
 from .merging import merge_bytes_by_rank
 from .openai import ENCODING_NAMES, encoding_spec
+
+_WHITE_SPACE = regex.compile(r"\s")  # Unicode White_Space: the same 25 characters as tiktoken's engine
 
 
 class Encoding:
@@ -54,6 +59,7 @@ class Encoding:
         self._decoder = self._bpe.vocab  # {id: bytes}, special tokens included
         self._special_token_values = set(special_tokens.values())
         self.special_tokens_set = set(special_tokens)
+        self._sorted_tokens: list[bytes] | None = None  # built by the first encode_with_unstable
 
     def __repr__(self) -> str:
         return f"<Encoding {self.name!r}>"
@@ -99,8 +105,88 @@ class Encoding:
             raise KeyError(data) from None
 
     def encode_with_unstable(self, text: str, *, allowed_special=frozenset(), disallowed_special="all"):
-        """Not provided: ``NotImplementedError`` (tiktoken marks this API itself as unstable)."""
-        raise NotImplementedError("encode_with_unstable is not provided by llmarch's Encoding")
+        """``(stable ids, completions)``: the ids of ``text`` without the tokens that more text could change,
+        and every list of ids that may follow them; ``tiktoken`` calls this API itself unstable.
+
+        The unstable tokens are those of the last pre-token (with the whitespace-only tokens before it, when it
+        starts with one). Their bytes ``u`` then begin one of: a single token that starts with ``u``; for
+        each cut ``u = p + s``, ``p`` followed by a token that starts with ``s`` (encoded, and cut after the
+        token that reaches the length of ``u``); and, when ``u`` ends with a white-space character, ``u``
+        merged as two pieces, before and from that character (a pattern may split there). Each
+        ``decode_bytes(stable + completion)`` starts with the bytes of ``text``.
+        """
+        bpe = self._bpe
+        allowed, disallowed = bpe._special_sets(allowed_special, disallowed_special)
+        bpe._raise_if_disallowed(disallowed, text)
+        ids: list[int] = []
+        last = 0  # how many of the ids come from the last pre-token (0: a special token ends the text)
+        for part, is_special in bpe._split_special(_replace_lone_surrogates(text), allowed):
+            if is_special:
+                ids.append(bpe.special_tokens[part])
+                last = 0
+            else:
+                for piece in bpe._pretokenize(part):
+                    last = len(bpe._cache[piece])
+                    ids += bpe._cache[piece]
+        if last == 0:
+            return ids, []
+        last = self._with_whitespace_before(ids, last)
+        unstable = b"".join(self._decoder[i] for i in ids[len(ids) - last:])
+        stable = ids[: len(ids) - last]
+        ranks, completions = self._mergeable_ranks, set()
+        completions.update((ranks[t],) for t in self._tokens_starting_with(unstable))
+        for cut in range(1, len(unstable)):
+            prefix, suffix = unstable[:cut], unstable[cut:]
+            for token in self._tokens_starting_with(suffix):
+                possible = prefix + token
+                try:
+                    encoded = self.encode_ordinary(possible.decode("utf-8"))
+                except UnicodeDecodeError:
+                    encoded = merge_bytes_by_rank(possible, ranks)
+                completion, length = [], 0
+                for i in encoded:
+                    completion.append(i)
+                    length += len(self._decoder[i])
+                    if length >= len(unstable):
+                        break
+                completions.add(tuple(completion))
+        size = self._last_whitespace_size(unstable)
+        if 0 < size < len(unstable):
+            completions.add(tuple(merge_bytes_by_rank(unstable[:-size], ranks)
+                                  + merge_bytes_by_rank(unstable[-size:], ranks)))
+        return stable, [list(c) for c in completions]
+
+    def _with_whitespace_before(self, ids: list[int], last: int) -> int:
+        """``last`` grown over the whitespace-only tokens before the last pre-token's, when its first token is
+        whitespace-only (a pattern may split a run of whitespace differently once more text comes)."""
+        if last and self._is_whitespace_token(ids[-last]):
+            while last < len(ids) and self._is_whitespace_token(ids[-last - 1]):
+                last += 1
+        return last
+
+    def _tokens_starting_with(self, prefix: bytes) -> list[bytes]:
+        """The ordinary tokens whose bytes start with ``prefix`` (a range of the sorted tokens)."""
+        if self._sorted_tokens is None:
+            self._sorted_tokens = sorted(self._mergeable_ranks)
+        tokens = self._sorted_tokens
+        found, k = [], bisect.bisect_left(tokens, prefix)
+        while k < len(tokens) and tokens[k].startswith(prefix):
+            found.append(tokens[k])
+            k += 1
+        return found
+
+    @staticmethod
+    def _last_whitespace_size(data: bytes) -> int:
+        """The length in bytes of the last character of ``data`` if it is white space (Unicode White_Space),
+        else 0."""
+        start = len(data) - 1
+        while start > 0 and len(data) - start < 4 and 0x80 <= data[start] < 0xC0:
+            start -= 1
+        try:
+            last = data[start:].decode("utf-8")
+        except UnicodeDecodeError:
+            return 0
+        return len(data) - start if _WHITE_SPACE.fullmatch(last) else 0
 
     def _encode_single_piece(self, text_or_bytes: str | bytes) -> list[int]:
         """The ids of one piece merged whole, without the regex split and without special tokens."""
@@ -127,10 +213,7 @@ class Encoding:
             valid = err.start
         pieces = self._bpe._pretokenize(text[:valid].decode("utf-8"))
         ids = self._bpe._encode_pretokens(pieces)
-        redo = len(self._bpe._cache[pieces[-1]]) if pieces else 0
-        if redo and self._is_whitespace_token(ids[-redo]):
-            while redo < len(ids) and self._is_whitespace_token(ids[-redo - 1]):
-                redo += 1
+        redo = self._with_whitespace_before(ids, len(self._bpe._cache[pieces[-1]]) if pieces else 0)
         unstable = b"".join(self._decoder[i] for i in ids[len(ids) - redo:]) + text[valid:]
         return ids[: len(ids) - redo] + self._merge_piece(unstable)
 
