@@ -30,6 +30,7 @@ from llmarch.tokenizers import (  # noqa: E402
     BPETokenizer,
     encoding_spec,
     merge_by_rank_heap,
+    merge_bytes_by_rank,
     openai_tokenizer,
     openai_vocabulary_files,
     pin_unicode,
@@ -368,3 +369,18 @@ def test_pinned_unicode_splits_as_tiktoken(oracles, name):
     assert openai_tokenizer(name).encode(text) != oracles[name].encode(text)  # the gap the option closes
     sample = TEXTS["stdlib"][1] + SCRIPTS[4] + TEXTS["stress"][-1]
     assert pinned.encode(sample) == oracles[name].encode(_fix_surrogates(sample))
+
+
+@pytest.mark.parametrize("name", ["cl100k_base", "o200k_base"])
+def test_byte_string_merges_equal_tiktoken_on_every_pre_token(oracles, name):
+    """Both merges by byte-string ranks, the rescanning one and the priority queue (forced on every
+    pre-token), give tiktoken's tokens, on real pre-tokens and on runs of a repeated string."""
+    from llmarch.tokenizers.merging import _merge_bytes_heap
+
+    ranks = encoding_spec(name)["mergeable_ranks"]
+    text = _fix_surrogates(TEXTS["stdlib"][3] + SCRIPTS[5] + TEXTS["stress"][-1])
+    runs = [c * n for c in ("a", "0", "!", "ab", "é") for n in range(2, 70)]  # ties: the leftmost pair first
+    for piece in set(openai_tokenizer(name)._pretokenize(text)) | set(runs):
+        data = piece.encode("utf-8")
+        expected = oracles[name]._encode_single_piece(data)
+        assert merge_bytes_by_rank(data, ranks) == _merge_bytes_heap(data, ranks) == expected, repr(piece)

@@ -12,7 +12,7 @@ One module per algorithm, each stating its conventions in its docstring; everyth
 - :mod:`~llmarch.tokenizers.bpe`: byte-level BPE (:class:`BPETokenizer`) with BPE-dropout, trained or loaded
   from published files (:meth:`BPETokenizer.from_tiktoken`, :meth:`BPETokenizer.from_gpt2_files`);
 - :mod:`~llmarch.tokenizers.merging`: the inner loops of byte-level BPE (incremental pair counts of training,
-  :func:`merge_by_rank_heap` for encoding);
+  :func:`merge_by_rank_heap` and :func:`merge_bytes_by_rank` for encoding);
 - :mod:`~llmarch.tokenizers.vocab_files` and :mod:`~llmarch.tokenizers.openai`: the file formats of published
   vocabularies, and GPT-2, GPT-4 and GPT-4o from the installed files (:func:`openai_tokenizer`);
 - :mod:`~llmarch.tokenizers.encoding`: tiktoken's interface (:class:`Encoding`, :func:`get_encoding`,
@@ -27,7 +27,7 @@ Every public function checks its arguments and raises ``TypeError``/``ValueError
 """
 
 from .bpe import BPETokenizer
-from .merging import merge_by_rank_heap
+from .merging import merge_bytes_by_rank, merge_by_rank_heap
 from .openai import (
     ENCODING_NAMES,
     OPENAI_SPECIAL_TOKENS,
@@ -84,6 +84,7 @@ __all__ = [
     "read_gpt2_files",
     "bytes_to_unicode",
     "merge_by_rank_heap",
+    "merge_bytes_by_rank",
     "train_bpe_words",
     "bpe_segment_word",
     "merge_symbols",

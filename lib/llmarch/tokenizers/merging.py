@@ -1,5 +1,6 @@
 """The two inner loops of byte-level BPE: the incremental pair counts of training (:class:`_PairIndex`, which
-WordPiece's training shares) and the merge of one pre-token when encoding (:func:`merge_by_rank_heap`).
+WordPiece's training shares) and the merge of one pre-token when encoding, by the ranks of id pairs
+(:func:`merge_by_rank_heap`) or of byte strings, as tiktoken states its rule (:func:`merge_bytes_by_rank`).
 
 Book: Tokenizers, "Training fast" and "Real vocabularies".
 """
