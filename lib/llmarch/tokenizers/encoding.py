@@ -6,7 +6,7 @@ Book: Tokenizers, "Real vocabularies".
 Code written for tiktoken runs unchanged with ``import llmarch.tokenizers as tiktoken``: the names, arguments,
 results and exceptions are tiktoken 0.14's (``KeyError`` for an unknown id or a text that is not one token,
 ``ValueError`` for a disallowed special token), and tiktoken's own test suite passes against this module
-(``tests/test_tiktoken_suite.py``). The work is done by :class:`~llmarch.tokenizers.BPETokenizer`, loaded with
+(``tests/tiktoken_suite/``). The work is done by :class:`~llmarch.tokenizers.BPETokenizer`, loaded with
 :meth:`~llmarch.tokenizers.BPETokenizer.from_tiktoken`; nothing of tiktoken is used.
 
 Two differences remain. The batch methods run on one thread (``num_threads`` is accepted and ignored: the
