@@ -1,7 +1,8 @@
 """Byte-level BPE: encoding time against tiktoken, and training time against a naive trainer and Hugging Face.
 
-    python benchmarks/bench_bpe.py [--part all|encode|train] [--corpus zipf|grammar] [--megabytes 1.0]
+    python benchmarks/bench_bpe.py [--part all|encode|tiktoken|train] [--corpus zipf|grammar] [--megabytes 1.0]
                                    [--vocab-size 2000] [--naive-merges 150] [--repeats 3] [--hf-threads 1]
+                                   [--mixed-megabytes 10] [--stream-megabytes 50]
 
 Encoding (``--part encode``): GPT-2's and GPT-4's (cl100k_base) official vocabularies, loaded by
 :func:`llmarch.tokenizers.openai_tokenizer`, encode 1 MB of real English text (the Python documentation's
@@ -10,6 +11,15 @@ tiktoken built from the same rank files (its ``encode`` runs on one thread). llm
 pre-tokens is emptied before every run, so each run merges every distinct pre-token again. The ids must be
 equal; the printed ratio is llmarch's CPU time over tiktoken's (target: at most 3 on the 1 MB texts). A
 last row encodes one pre-token of 8,000 random letters, where merging (not the regex) is all the work.
+
+The tiktoken interface (``--part tiktoken``), GPT-4's vocabulary (cl100k_base) against tiktoken in the same
+run, five numbers: (1) ``Encoding.encode_ordinary`` on ``--mixed-megabytes`` of mixed text (:func:`mixed_text`;
+llmarch's cache emptied before each run), target at most 1.5x tiktoken's CPU time; (2) ``encode_iterable``
+over the lines of the same text against tiktoken's ``encode`` of the whole, target at most 2x; (3) building
+the encoding from its rank file, target at most 1 s (wall); (4) the growth of the resident memory when the
+encoding is loaded, in a fresh process each, target at most 1.5x tiktoken's; (5) ``encode_iterable`` over
+the lines of a ``--stream-megabytes`` file in a fresh process: the peak resident memory, and how much of it
+came after loading. The ids must equal tiktoken's.
 
 Training:
 
@@ -267,11 +277,197 @@ def encode_benchmark(repeats: int) -> None:
 
 
 # --------------------------------------------------------------------------------------------------------------
+# the tiktoken interface: five ratios against tiktoken
+
+MULTILINGUAL = [
+    "Le cœur a ses raisons que la raison ne connaît point — n’est-ce pas ?",
+    "Über die Brücke gingen {n} Menschen, sagte Jürgen.",
+    "Съешь же ещё этих мягких французских булок, да выпей чаю.",
+    "العربية لغة جميلة، والكتابة من اليمين إلى اليسار.",
+    "हिन्दी में संयुक्ताक्षर जैसे क्ष, त्र और ज्ञ होते हैं।",
+    "日本語の文章には、ひらがな・カタカナ・漢字が混ざっています。{n}",
+    "中文没有空格，分词很重要。",
+    "한국어는 한글로 씁니다. 띄어쓰기가 있습니다.",
+    "Tiếng Việt có nhiều dấu thanh: ả, ẫ, ợ. 🙂👍 {n}",
+]
+
+
+def mixed_text(n_chars: int, seed: int = 0) -> str:
+    """``n_chars`` of mixed text, in blocks of about 64 KB taken in turn: Python code (the standard library's
+    sources, file after file, never repeated), English (the pydoc topics and the book's chapters, 1.5 MB,
+    repeated when used up), pseudo-English prose (:func:`zipf_corpus`, a new block each time) and lines in
+    eight other scripts with emoji and numbers."""
+    import sysconfig
+    from pathlib import Path
+
+    from pydoc_data.topics import topics
+
+    english = "\n\n".join(topics[k] for k in sorted(topics)) + "".join(
+        "\n\n" + p.read_text(encoding="utf-8") for p in sorted((Path(__file__).resolve().parents[1] / "book")
+                                                              .glob("*.md")))
+    code_files = iter(sorted(Path(sysconfig.get_paths()["stdlib"]).rglob("*.py")))
+    rng = np.random.default_rng(seed)
+    block, out, size, k, english_at = 65536, [], 0, 0, 0
+    while size < n_chars:
+        kind = k % 4
+        if kind == 0:
+            piece = ""
+            while len(piece) < block:
+                piece += next(code_files).read_text(encoding="utf-8", errors="replace")
+        elif kind == 1:
+            piece = english[english_at:english_at + block] or english[:block]
+            english_at = english_at + block if english_at + block < len(english) else 0
+        elif kind == 2:
+            piece = zipf_corpus(block, seed=seed + k)
+        else:
+            lines = [MULTILINGUAL[i].format(n=int(rng.integers(0, 10**6))) for i in rng.integers(0, 9, block // 60)]
+            piece = "\n".join(lines) + "\n"
+        out.append(piece)
+        size += len(piece)
+        k += 1
+    return "".join(out)[:n_chars]
+
+
+_LOAD_PROBE = r"""
+import gc, sys, time
+def memory(field):
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) * 1024 for line in f if line.startswith(field))
+which, path = sys.argv[1], sys.argv[2]
+if which == "llmarch":
+    import llmarch.tokenizers as t
+    before, start = memory("VmRSS:"), time.perf_counter()
+    enc = t.get_encoding("cl100k_base")
+else:
+    import tiktoken, tiktoken.load
+    from llmarch.tokenizers import OPENAI_SPECIAL_TOKENS, OPENAI_SPLIT_PATTERNS
+    before, start = memory("VmRSS:"), time.perf_counter()
+    enc = tiktoken.Encoding("cl100k_base", pat_str=OPENAI_SPLIT_PATTERNS["cl100k_base"],
+                            mergeable_ranks=tiktoken.load.load_tiktoken_bpe(path),
+                            special_tokens=OPENAI_SPECIAL_TOKENS["cl100k_base"])
+enc.encode("warm up: hello world")
+seconds = time.perf_counter() - start
+gc.collect()
+print(seconds, memory("VmRSS:") - before)
+"""
+
+_STREAM_PROBE = r"""
+import array, itertools, sys, time, zlib
+from llmarch.tokenizers import openai_tokenizer
+def memory(field):
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) * 1024 for line in f if line.startswith(field))
+tok = openai_tokenizer("cl100k_base")
+tok.encode("warm up")
+loaded = memory("VmHWM:")
+start, n, crc = time.process_time(), 0, 0
+with open(sys.argv[1], encoding="utf-8", newline="") as f:
+    ids = tok.encode_iterable(f, disallowed_special=())
+    while batch := array.array("I", itertools.islice(ids, 1 << 20)):  # uint32, as tiktoken's numpy output
+        n, crc = n + len(batch), zlib.crc32(batch, crc)
+print(n, time.process_time() - start, loaded, memory("VmHWM:"), crc)
+"""
+
+
+def tiktoken_benchmark(megabytes: float, stream_megabytes: float, repeats: int) -> None:
+    """The five numbers of the tiktoken interface, each against tiktoken in the same run (cl100k_base)."""
+    import gzip
+    import subprocess
+    import sys
+    import tempfile
+    import zlib
+    from pathlib import Path
+
+    import tiktoken
+    import tiktoken.load
+
+    import llmarch.tokenizers as ours
+
+    name = "cl100k_base"
+    folder = Path(tempfile.mkdtemp(prefix="bench-bpe-"))
+    rank_file = folder / f"{name}.tiktoken"
+    rank_file.write_bytes(gzip.decompress(ours.openai_vocabulary_files(name)[0].read_bytes()))
+
+    def build_tiktoken():
+        return tiktoken.Encoding(name, pat_str=OPENAI_SPLIT_PATTERNS[name],
+                                 mergeable_ranks=tiktoken.load.load_tiktoken_bpe(str(rank_file)),
+                                 special_tokens=OPENAI_SPECIAL_TOKENS[name])
+
+    loads = {"llmarch": [], "tiktoken": []}  # (seconds, bytes) of a cold load, each in a fresh process
+    for _ in range(repeats):
+        for which in loads:
+            run = subprocess.run([sys.executable, "-c", _LOAD_PROBE, which, str(rank_file)], capture_output=True,
+                                 text=True, check=True)
+            seconds, grown = run.stdout.split()
+            loads[which].append((float(seconds), int(grown)))
+    enc = ours.get_encoding(name)
+    ref = build_tiktoken()
+    text = mixed_text(int(megabytes * 1e6))
+    print(f"tiktoken {tiktoken.__version__} (one thread) against llmarch, {name}; CPU seconds, median of {repeats}")
+    ours_t, theirs_t = [], []
+    for _ in range(repeats):
+        enc._bpe._cache.clear()
+        with Timer() as t:
+            ids = enc.encode_ordinary(text)
+        ours_t.append(t.cpu)
+        with Timer() as t:
+            expected = ref.encode_ordinary(text)
+        theirs_t.append(t.cpu)
+    if ids != expected:
+        raise SystemExit("encode: llmarch's ids differ from tiktoken's")
+    lines = text.splitlines(keepends=True)
+    iter_t = []
+    for _ in range(repeats):
+        enc._bpe._cache.clear()
+        with Timer() as t:
+            streamed = list(enc._bpe.encode_iterable(lines, disallowed_special=()))
+        iter_t.append(t.cpu)
+    if streamed != expected:
+        raise SystemExit("encode_iterable: llmarch's ids differ from tiktoken's")
+    e_o, e_t, i_o = statistics.median(ours_t), statistics.median(theirs_t), statistics.median(iter_t)
+
+    stream_file = folder / "stream.txt"
+    with open(stream_file, "w", encoding="utf-8", newline="") as f:
+        chunk = int(megabytes * 1e6)
+        for k in range(max(1, round(stream_megabytes / megabytes))):
+            f.write(text if k == 0 else mixed_text(chunk, seed=k))
+    run = subprocess.run([sys.executable, "-c", _STREAM_PROBE, str(stream_file)], capture_output=True, text=True,
+                         check=True)
+    n_stream, stream_cpu, loaded_rss, peak_rss, crc = run.stdout.split()
+    stream_bytes = stream_file.stat().st_size
+    with open(stream_file, encoding="utf-8", newline="") as f:
+        expected = ref.encode_to_numpy(f.read(), disallowed_special=())
+    if (len(expected), zlib.crc32(expected.astype("<u4").tobytes())) != (int(n_stream), int(crc)):
+        raise SystemExit("encode_iterable on the file: llmarch's ids differ from tiktoken's")
+    del expected
+    for path in folder.iterdir():
+        path.unlink()
+    folder.rmdir()
+
+    mb = len(text.encode("utf-8")) / 1e6
+    print(f"1. encode {mb:.1f} MB of mixed text: llmarch {e_o:.2f} s, tiktoken {e_t:.2f} s: "
+          f"{e_o / e_t:.2f}x (target <= 1.5x), {len(ids):,} ids, equal")
+    print(f"2. encode_iterable over its {len(lines):,} lines: llmarch {i_o:.2f} s, tiktoken's encode {e_t:.2f} s: "
+          f"{i_o / e_t:.2f}x (target <= 2x), equal ids")
+    (b_o, m_o), (b_t, m_t) = (tuple(statistics.median(x) for x in zip(*loads[w])) for w in ("llmarch", "tiktoken"))
+    print(f"3. build {name} from its rank file, in a fresh process: llmarch {b_o:.2f} s (target <= 1 s), "
+          f"tiktoken {b_t:.2f} s: {b_o / b_t:.2f}x (wall)")
+    print(f"4. memory after loading (growth of the resident set): llmarch {m_o / 2**20:.0f} MiB, tiktoken "
+          f"{m_t / 2**20:.0f} MiB: {m_o / m_t:.2f}x (target <= 1.5x)")
+    print(f"5. encode_iterable over a {stream_bytes / 1e6:.0f} MB file's lines: {int(n_stream):,} ids in "
+          f"{float(stream_cpu):.1f} s CPU; peak resident memory {int(peak_rss) / 2**20:.0f} MiB, "
+          f"{(int(peak_rss) - int(loaded_rss)) / 2**20:.0f} MiB above its peak once loaded (the ids are checked "
+          "against tiktoken's by count and CRC-32, not kept)\n")
+
+
+# --------------------------------------------------------------------------------------------------------------
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--part", choices=["all", "encode", "train"], default="all")
+    parser.add_argument("--part", choices=["all", "encode", "tiktoken", "train"], default="all")
+    parser.add_argument("--mixed-megabytes", type=float, default=10.0, help="mixed text for --part tiktoken")
+    parser.add_argument("--stream-megabytes", type=float, default=50.0, help="the file encode_iterable streams")
     parser.add_argument("--corpus", choices=["zipf", "grammar"], default="zipf")
     parser.add_argument("--megabytes", type=float, default=1.0, help="size of the training text (10^6 bytes)")
     parser.add_argument("--vocab-size", type=int, default=2000)
@@ -286,7 +482,9 @@ def main() -> None:
     os.environ["TOKENIZERS_PARALLELISM"] = "false" if args.hf_threads == 1 else "true"
     if args.part in ("all", "encode"):
         encode_benchmark(args.repeats)
-    if args.part == "encode":
+    if args.part in ("all", "tiktoken"):
+        tiktoken_benchmark(args.mixed_megabytes, args.stream_megabytes, args.repeats)
+    if args.part in ("encode", "tiktoken"):
         return
 
     n_bytes = int(args.megabytes * 1e6)

@@ -26,10 +26,14 @@ from tiktoken_ext import openai_public  # noqa: E402
 
 from llmarch.tokenizers import (  # noqa: E402
     OPENAI_SPECIAL_TOKENS,
+    UNICODE_16_CLASSES,
     BPETokenizer,
+    encoding_spec,
     merge_by_rank_heap,
+    merge_bytes_by_rank,
     openai_tokenizer,
     openai_vocabulary_files,
+    pin_unicode,
 )
 
 NAMES = ("gpt2", "cl100k_base", "o200k_base")
@@ -52,17 +56,24 @@ def oracle_dir(tmp_path_factory):
     return tmp_path_factory.mktemp("tiktoken-files")
 
 
-@pytest.fixture(scope="module")
-def oracles(oracle_dir):
-    """tiktoken.Encoding for each name, from tiktoken's own constructors with the files read locally."""
+def tiktoken_oracles(names, folder):
+    """tiktoken.Encoding for each name, from tiktoken's own constructors with the files read locally.
+
+    r50k_base's and p50k_base's rank files are written from llmarch's derivation (GPT-2's encoder.json, plus
+    the runs of spaces for p50k) in tiktoken's format; tiktoken checks the sha256 it pins for every file."""
     local = {
         "vocab.bpe": str(FILES["gpt2"][1]),
         "encoder.json": str(FILES["gpt2"][0]),
     }
     for name in ("cl100k_base", "o200k_base"):
-        plain = oracle_dir / f"{name}.tiktoken"
+        plain = folder / f"{name}.tiktoken"
         plain.write_bytes(gzip.decompress(FILES[name][0].read_bytes()))
         local[f"{name}.tiktoken"] = str(plain)
+    for name in ("r50k_base", "p50k_base"):
+        ranks = sorted(encoding_spec(name)["mergeable_ranks"].items(), key=lambda item: item[1])
+        derived = folder / f"{name}.tiktoken"
+        derived.write_bytes(b"".join(base64.b64encode(t) + b" %d\n" % r for t, r in ranks))
+        local[f"{name}.tiktoken"] = str(derived)
 
     def to_local(url):
         return local[url.rsplit("/", 1)[1]]
@@ -76,9 +87,14 @@ def oracles(oracle_dir):
                    vocab_bpe_hash, encoder_json_hash: real_data_gym(to_local(vocab_bpe_file),
                                                                     to_local(encoder_json_file),
                                                                     vocab_bpe_hash, encoder_json_hash))
-        specs = {name: getattr(openai_public, name)() for name in NAMES}
+        specs = {name: getattr(openai_public, name)() for name in names}
     return {name: tiktoken.Encoding(spec["name"], pat_str=spec["pat_str"], mergeable_ranks=spec["mergeable_ranks"],
                                     special_tokens=spec["special_tokens"]) for name, spec in specs.items()}
+
+
+@pytest.fixture(scope="module")
+def oracles(oracle_dir):
+    return tiktoken_oracles(NAMES, oracle_dir)
 
 
 @pytest.fixture(scope="module")
@@ -242,15 +258,16 @@ def test_encode_iterable_equals_encode_on_file_lines(oracles, ours, name, tmp_pa
     path = tmp_path / "lines.txt"
     path.write_text(text, encoding="utf-8", newline="")
     with open(path, encoding="utf-8", newline="") as f:
-        stream = ours[name].encode_iterable(f)
+        stream = ours[name].encode_iterable(f, buffer_chars=1)
         assert next(stream) == oracles[name].encode(text)[0]  # lazy: the first id before the rest is read
         assert [oracles[name].encode(text)[0], *stream] == oracles[name].encode(text)
     # chunks cut at arbitrary places inside words and whitespace runs
     rng = random.Random(0)
     cuts = sorted(rng.sample(range(1, len(text)), 50))
     chunks = [text[i:j] for i, j in zip([0, *cuts], [*cuts, len(text)])]
-    got = list(ours[name].encode_iterable(chunks))
+    got = list(ours[name].encode_iterable(chunks, buffer_chars=1))
     assert ours[name].decode(got) == text
+    assert list(ours[name].encode_iterable(chunks, buffer_chars=500)) == got == oracles[name].encode(text)
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -260,5 +277,110 @@ def test_encode_iterable_keeps_the_pre_tokens_of_a_trailing_whitespace_run(oracl
     [298, 534] against tiktoken's [197, 197, 534]). Lines of tab-indented code, as a file is read."""
     lines = ["\t\t}\n", "\n\n}", "def f():\n", "\t\treturn 1\n", "\t\n", "    x = 1  \n", "\t\t}\n\n", "  \t \n"]
     for line in lines:
-        assert list(ours[name].encode_iterable([line])) == oracles[name].encode(line), (name, repr(line))
-    assert list(ours[name].encode_iterable(lines)) == oracles[name].encode("".join(lines)), name
+        assert list(ours[name].encode_iterable([line], buffer_chars=1)) == oracles[name].encode(line), repr(line)
+    assert list(ours[name].encode_iterable(lines, buffer_chars=1)) == oracles[name].encode("".join(lines)), name
+
+
+# --- encode_iterable == encode on any chunking -------------------------------------------------------------------
+
+ADVERSARIAL = (
+    "x   y\t\tz\n\n\n}\r\n\r\n  \n \t \n" "a \n  \n     \nb \r\n    \r\n" "x\n    \ny"
+    "we'll I'M they'RE it’s 'll'" "1234567 ８９０ ½²" "日本語の文🙂👨‍👩‍👧 e\u0301\u0302"
+    " <|endoftext|> <|endof <|fim_prefix|><|endofprompt|>|> <|" "caféCamelCASE  \u00a0\u3000x"
+    " pair \ud83d\ude00 lone \ud83d end  \t\n"
+)
+
+
+def _random_chunks(text, rng, max_cuts):
+    """``text`` cut at random positions (repeated cuts give empty chunks)."""
+    cuts = sorted(rng.choices(range(len(text) + 1), k=rng.randint(1, max_cuts)))
+    return [text[i:j] for i, j in zip([0, *cuts], [*cuts, len(text)])]
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_encode_iterable_equals_encode_on_any_chunking(oracles, ours, name):
+    """A property test: the ids of encode_iterable equal encode's (and tiktoken's) for two chunks split at every
+    position of an adversarial text (whitespace runs, tabs, newlines, digits, contractions, CJK, emoji, special
+    tokens and their prefixes, a surrogate pair), and for seeded random chunkings of it and of real text; with
+    the special tokens allowed and with them read as text."""
+    tok, rng = ours[name], random.Random(39)
+    real = TEXTS["stdlib"][7][:4000] + TEXTS["scripts"][16] + TEXTS["book"][1][:4000]
+    for allowed, disallowed in (("all", "all"), (set(), ())):
+        def check(chunks, text):
+            expected = oracles[name].encode(_fix_surrogates(text), allowed_special=allowed,
+                                            disallowed_special=disallowed)
+            assert tok.encode(text, allowed_special=allowed, disallowed_special=disallowed) == expected
+            got = list(tok.encode_iterable(chunks, allowed_special=allowed, disallowed_special=disallowed,
+                                           buffer_chars=1))  # each chunk as it comes
+            assert got == expected, (name, chunks)
+
+        for i in range(len(ADVERSARIAL) + 1):
+            check([ADVERSARIAL[:i], ADVERSARIAL[i:]], ADVERSARIAL)
+        for _ in range(150):
+            check(_random_chunks(ADVERSARIAL, rng, 60), ADVERSARIAL)
+        for _ in range(8):
+            check(_random_chunks(real, rng, 400), real)
+
+
+def _fix_surrogates(text):
+    return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+
+
+def test_encode_iterable_raises_on_a_disallowed_special_token_cut_by_chunks(ours):
+    with pytest.raises(ValueError, match="not allowed"):
+        list(ours["cl100k_base"].encode_iterable(["text <|endof", "text|> more"], buffer_chars=1))
+
+
+# --- Unicode 16.0, as tiktoken's engine ------------------------------------------------------------------------
+
+def _probe(pattern, text):
+    """The characters of ``text`` that tiktoken's engine matches with ``pattern`` (a byte-level vocabulary:
+    the pieces come back as their bytes; text the pattern skips is dropped)."""
+    enc = tiktoken.Encoding("probe", pat_str=pattern, mergeable_ranks={bytes([b]): b for b in range(256)},
+                            special_tokens={})
+    return enc.decode(enc.encode_ordinary(text))
+
+
+def test_unicode_16_table_equals_tiktoken_engine():
+    every = "".join(chr(c) for c in range(0x110000) if not 0xD800 <= c < 0xE000)
+    for name, ranges in UNICODE_16_CLASSES.items():
+        table = set()
+        for item in ranges.split():
+            first, _, last = item.partition("-")
+            table.update(range(int(first, 16), int(last or first, 16) + 1))
+        assert {ord(c) for c in _probe(rf"\p{{{name}}}", every)} == table, name
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_pinned_unicode_splits_as_tiktoken(oracles, name):
+    """Where the regex module's Unicode and tiktoken's (16.0) differ, the default pattern splits differently
+    and the pinned one as tiktoken: every such code point, in contexts that exercise each class."""
+    from llmarch.tokenizers.unicode16 import _regex_view, _unicode16
+
+    spec = encoding_spec(name)
+    pinned = BPETokenizer.from_tiktoken(spec["mergeable_ranks"], pin_unicode(spec["pat_str"]),
+                                        spec["special_tokens"])
+    differ = sorted(set().union(*(_unicode16(p) ^ _regex_view(p) for p in ("L", "N", "Lu", "Ll", "Lo", "M"))))
+    contexts = ["{c}'s", " {c}{c}1", "a{c}B", "1{c}2", "Ab{c}", "!{c}x", "{c}\u0301x"]
+    texts = [ctx.format(c=chr(cp)) for k, cp in enumerate(differ[::7]) for ctx in contexts[k % 7:k % 7 + 2]]
+    texts.append("\u0558's")
+    text = " ".join(texts)
+    assert pinned.encode(text) == oracles[name].encode(text)
+    assert openai_tokenizer(name).encode(text) != oracles[name].encode(text)  # the gap the option closes
+    sample = TEXTS["stdlib"][1] + SCRIPTS[4] + TEXTS["stress"][-1]
+    assert pinned.encode(sample) == oracles[name].encode(_fix_surrogates(sample))
+
+
+@pytest.mark.parametrize("name", ["cl100k_base", "o200k_base"])
+def test_byte_string_merges_equal_tiktoken_on_every_pre_token(oracles, name):
+    """Both merges by byte-string ranks, the rescanning one and the priority queue (forced on every
+    pre-token), give tiktoken's tokens, on real pre-tokens and on runs of a repeated string."""
+    from llmarch.tokenizers.merging import _merge_bytes_heap
+
+    ranks = encoding_spec(name)["mergeable_ranks"]
+    text = _fix_surrogates(TEXTS["stdlib"][3] + SCRIPTS[5] + TEXTS["stress"][-1])
+    runs = [c * n for c in ("a", "0", "!", "ab", "é") for n in range(2, 70)]  # ties: the leftmost pair first
+    for piece in set(openai_tokenizer(name)._pretokenize(text)) | set(runs):
+        data = piece.encode("utf-8")
+        expected = oracles[name]._encode_single_piece(data)
+        assert merge_bytes_by_rank(data, ranks) == _merge_bytes_heap(data, ranks) == expected, repr(piece)

@@ -12,9 +12,12 @@ One module per algorithm, each stating its conventions in its docstring; everyth
 - :mod:`~llmarch.tokenizers.bpe`: byte-level BPE (:class:`BPETokenizer`) with BPE-dropout, trained or loaded
   from published files (:meth:`BPETokenizer.from_tiktoken`, :meth:`BPETokenizer.from_gpt2_files`);
 - :mod:`~llmarch.tokenizers.merging`: the inner loops of byte-level BPE (incremental pair counts of training,
-  :func:`merge_by_rank_heap` for encoding);
+  :func:`merge_by_rank_heap` and :func:`merge_bytes_by_rank` for encoding);
 - :mod:`~llmarch.tokenizers.vocab_files` and :mod:`~llmarch.tokenizers.openai`: the file formats of published
   vocabularies, and GPT-2, GPT-4 and GPT-4o from the installed files (:func:`openai_tokenizer`);
+- :mod:`~llmarch.tokenizers.encoding`: tiktoken's interface (:class:`Encoding`, :func:`get_encoding`,
+  :func:`encoding_for_model`): ``import llmarch.tokenizers as tiktoken`` runs code written for tiktoken;
+- :mod:`~llmarch.tokenizers.unicode16`: tiktoken's Unicode (16.0) in the patterns (:func:`pin_unicode`);
 - :mod:`~llmarch.tokenizers.wordpiece`: WordPiece (:class:`WordPieceTokenizer`; BERT);
 - :mod:`~llmarch.tokenizers.unigram`: the Unigram language model (:class:`UnigramTokenizer`; Kudo, 2018;
   SentencePiece);
@@ -24,8 +27,22 @@ Every public function checks its arguments and raises ``TypeError``/``ValueError
 """
 
 from .bpe import BPETokenizer
-from .merging import merge_by_rank_heap
-from .openai import OPENAI_SPECIAL_TOKENS, OPENAI_SPLIT_PATTERNS, openai_tokenizer
+from .merging import merge_bytes_by_rank, merge_by_rank_heap
+from .openai import (
+    ENCODING_NAMES,
+    OPENAI_SPECIAL_TOKENS,
+    OPENAI_SPLIT_PATTERNS,
+    R50K_SPLIT_PATTERN,
+    encoding_spec,
+    openai_tokenizer,
+)
+from .encoding import (
+    Encoding,
+    encoding_for_model,
+    encoding_name_for_model,
+    get_encoding,
+    list_encoding_names,
+)
 from .pretokenize import (
     CL100K_SPLIT_PATTERN,
     GPT2_SPLIT_PATTERN,
@@ -33,6 +50,7 @@ from .pretokenize import (
     O200K_SPLIT_PATTERN,
     pretokenize,
 )
+from .unicode16 import UNICODE_16_CLASSES, pin_unicode
 from .vocab_files import bytes_to_unicode, openai_vocabulary_files, read_gpt2_files, read_tiktoken_ranks
 from .classic import END_OF_WORD, bpe_segment_word, merge_symbols, train_bpe_words
 from .unigram import UnigramTokenizer
@@ -51,11 +69,22 @@ __all__ = [
     "OPENAI_SPECIAL_TOKENS",
     "OPENAI_SPLIT_PATTERNS",
     "openai_tokenizer",
+    "ENCODING_NAMES",
+    "R50K_SPLIT_PATTERN",
+    "encoding_spec",
+    "pin_unicode",
+    "UNICODE_16_CLASSES",
+    "Encoding",
+    "get_encoding",
+    "encoding_for_model",
+    "encoding_name_for_model",
+    "list_encoding_names",
     "openai_vocabulary_files",
     "read_tiktoken_ranks",
     "read_gpt2_files",
     "bytes_to_unicode",
     "merge_by_rank_heap",
+    "merge_bytes_by_rank",
     "train_bpe_words",
     "bpe_segment_word",
     "merge_symbols",

@@ -32,7 +32,7 @@ from ._common import (
     _type_name,
     _write_json_lines,
 )
-from .merging import _merge_by_rank_scan, _PairIndex, merge_by_rank_heap
+from .merging import _merge_by_rank_scan, _PairIndex, merge_by_rank_heap, merge_bytes_by_rank
 from .pretokenize import GPT2_SPLIT_PATTERN, compile_split_pattern, split_pieces
 from .vocab_files import read_gpt2_files, read_tiktoken_ranks
 
@@ -133,15 +133,16 @@ class BPETokenizer:
             _check_str("pattern", pattern, non_empty=True)
         self._split = None if pattern is None else compile_split_pattern(pattern)  # fails now, not at encode
         self.pattern = pattern
-        self.merges = merges
-        self._ranks = ranks
+        self._merges = merges  # None: built on first use (see _pair_table)
+        self._pair_ranks = ranks
         self.byte_ids = byte_ids
-        self._whole_pieces = whole_pieces  # tiktoken: a pre-token that is a token is that token, unmerged
+        self._whole_pieces = whole_pieces  # {bytes: id} of a tiktoken vocabulary: merged by byte strings
         self.special_tokens = dict(special_tokens)
-        for tok, i in self.special_tokens.items():
+        for tok, i in reversed(self.special_tokens.items()):  # an id with two names decodes to the first
             vocab[i] = tok.encode("utf-8")
         self.vocab = vocab
         self._special_regexes: dict[frozenset, re.Pattern | None] = {}
+        self._prefix_sets: dict[frozenset, frozenset] = {}
         self._cache = _PieceCache(self._encode_piece)
 
     @property
@@ -159,28 +160,48 @@ class BPETokenizer:
         Book: Tokenizers, "Real vocabularies".
 
         The rank is the token's id. tiktoken merges the adjacent pair whose concatenation has the smallest rank
-        (the leftmost among equal ranks), so every way of writing a token as two tokens is a merge here; a
-        pre-token that is itself a token is taken whole, as tiktoken does. ``pattern``: e.g.
+        (the leftmost among equal ranks), so every way of writing a token as two tokens is a merge
+        (:attr:`merges`, built on first use); encoding merges by the ranks of byte strings
+        (:func:`~llmarch.tokenizers.merging.merge_bytes_by_rank`), and a pre-token that is itself a token is
+        taken whole, as tiktoken does. ``ranks`` is kept, not copied. ``pattern``: e.g.
         :data:`~llmarch.tokenizers.CL100K_SPLIT_PATTERN`. ``special_tokens``: ``{text: id}`` (the official
         ids, e.g. ``{"<|endoftext|>": 100257}``).
         """
         if not isinstance(ranks, Mapping):
             ranks = read_tiktoken_ranks(ranks)
-        vocab: dict[int, bytes] = {}
+        vocab = {rank: token for token, rank in ranks.items()}
+        if len(vocab) != len(ranks) or not all(type(t) is bytes and t for t in ranks) or not all(
+                type(r) is int and r >= 0 for r in vocab):
+            cls._explain_bad_ranks(ranks)
+        missing = [b for b in range(256) if bytes([b]) not in ranks]
+        if missing:
+            raise ValueError(f"ranks lack the single bytes {missing[:8]}: byte-level BPE needs all 256")
+        byte_ids = [ranks[bytes([b])] for b in range(256)]
+        tok = cls.__new__(cls)
+        tok._install(vocab, None, None, byte_ids, cls._check_special_ids(special_tokens, vocab), pattern,
+                     whole_pieces=ranks)
+        return tok
+
+    @staticmethod
+    def _explain_bad_ranks(ranks: Mapping) -> None:
+        """Raise the error that names the first bad entry of ``ranks`` (the fast checks found one)."""
+        seen: dict[int, bytes] = {}
         for token, rank in ranks.items():
             if not isinstance(token, bytes) or not token:
                 raise TypeError(f"ranks must map non-empty bytes to ints; found the key {token!r}")
             if isinstance(rank, bool) or not isinstance(rank, int) or rank < 0:
                 raise ValueError(f"ranks[{token!r}] = {rank!r} is not an int >= 0")
-            if rank in vocab:
-                raise ValueError(f"rank {rank} is given to both {vocab[rank]!r} and {token!r}")
-            vocab[rank] = token
-        missing = [b for b in range(256) if bytes([b]) not in ranks]
-        if missing:
-            raise ValueError(f"ranks lack the single bytes {missing[:8]}: byte-level BPE needs all 256")
-        pair_ranks: dict[tuple[int, int], int] = {}  # filled in rank order
-        rank_of = ranks.get
-        for rank in sorted(vocab):
+            if rank in seen:
+                raise ValueError(f"rank {rank} is given to both {seen[rank]!r} and {token!r}")
+            seen[rank] = token
+
+    def _pair_table(self) -> None:
+        """``merges`` and the pair ranks of a tiktoken vocabulary, built on first use (loading does not need
+        them: :func:`~llmarch.tokenizers.merging.merge_bytes_by_rank` merges by the ranks of byte strings).
+        Every way of writing a token as two tokens is a merge whose rank is the token's id."""
+        rank_of, vocab = self._whole_pieces.get, self.vocab
+        pair_ranks: dict[tuple[int, int], int] = {}
+        for rank in sorted(self._whole_pieces.values()):
             token = vocab[rank]
             for cut in range(1, len(token)):
                 a = rank_of(token[:cut])
@@ -188,12 +209,21 @@ class BPETokenizer:
                     b = rank_of(token[cut:])
                     if b is not None:
                         pair_ranks[(a, b)] = rank
-        merges = list(pair_ranks)
-        byte_ids = [ranks[bytes([b])] for b in range(256)]
-        tok = cls.__new__(cls)
-        tok._install(vocab, merges, pair_ranks, byte_ids, cls._check_special_ids(special_tokens, vocab), pattern,
-                     whole_pieces=dict(ranks))
-        return tok
+        self._merges, self._pair_ranks = list(pair_ranks), pair_ranks
+
+    @property
+    def merges(self) -> list[tuple[int, int]]:
+        """The merges ``(id_a, id_b)`` in priority order (for a loaded tiktoken vocabulary, built on first use)."""
+        if self._merges is None:
+            self._pair_table()
+        return self._merges
+
+    @property
+    def _ranks(self) -> dict[tuple[int, int], int]:
+        """``{(id_a, id_b): id of the merged token}``, the priority of each merge."""
+        if self._pair_ranks is None:
+            self._pair_table()
+        return self._pair_ranks
 
     @classmethod
     def from_gpt2_files(cls, vocab_json, merges_txt, special_tokens: Mapping[str, int] | None = None,
@@ -250,8 +280,8 @@ class BPETokenizer:
 
     # ---- special tokens
 
-    def _allowed_specials(self, allowed_special, disallowed_special, text: str) -> frozenset:
-        """tiktoken's rule: the allowed special tokens; raise if ``text`` holds a disallowed one."""
+    def _special_sets(self, allowed_special, disallowed_special) -> tuple[frozenset, frozenset]:
+        """tiktoken's rule: ``(allowed, disallowed)`` special tokens; ``"all"`` disallows every one not allowed."""
         registered = frozenset(self.special_tokens)
         if allowed_special == "all":
             allowed = registered
@@ -265,15 +295,16 @@ class BPETokenizer:
             raise TypeError(f"disallowed_special must be 'all' or a set of strings, got {disallowed_special!r}")
         else:
             disallowed = self._check_token_set("disallowed_special", disallowed_special)
-        if disallowed:
-            found = self._special_regex(disallowed).search(text)
-            if found:
-                raise ValueError(
-                    f"the text holds the special token {found.group()!r} at position {found.start()}, which is "
-                    "not allowed: pass allowed_special={...} (or 'all') to encode it as its id, or leave it out "
-                    "of disallowed_special (e.g. disallowed_special=()) to encode it as ordinary text"
-                )
-        return allowed
+        return allowed, disallowed
+
+    def _raise_if_disallowed(self, disallowed: frozenset, text: str) -> None:
+        found = self._special_regex(disallowed).search(text) if disallowed else None
+        if found:
+            raise ValueError(
+                f"the text holds the special token {found.group()!r} at position {found.start()}, which is "
+                "not allowed: pass allowed_special={...} (or 'all') to encode it as its id, or leave it out "
+                "of disallowed_special (e.g. disallowed_special=()) to encode it as ordinary text"
+            )
 
     @staticmethod
     def _check_token_set(name: str, tokens) -> frozenset:
@@ -373,8 +404,10 @@ class BPETokenizer:
 
     def _encode_piece(self, piece: str) -> tuple[int, ...]:
         data = piece.encode("utf-8")
-        if self._whole_pieces is not None and data in self._whole_pieces:
-            return (self._whole_pieces[data],)
+        whole = self._whole_pieces
+        if whole is not None:
+            token = whole.get(data)
+            return (token,) if token is not None else tuple(merge_bytes_by_rank(data, whole))
         byte_ids = self.byte_ids
         ids = [byte_ids[b] for b in data]
         if len(ids) >= _HEAP_MERGE_FROM:
@@ -427,52 +460,97 @@ class BPETokenizer:
         _check_str("text", text)
         dropout = _check_probability("dropout", dropout)
         rng = _make_rng(seed) if dropout > 0 else None
-        allowed = self._allowed_specials(allowed_special, disallowed_special, text)
+        allowed, disallowed = self._special_sets(allowed_special, disallowed_special)
+        self._raise_if_disallowed(disallowed, text)
         text = _replace_lone_surrogates(text)
+        if rng is None:
+            return self._encode_parts(self._split_special(text, allowed))
         ids: list[int] = []
         for chunk, is_special in self._split_special(text, allowed):
             if is_special:
                 ids.append(self.special_tokens[chunk])
-            elif rng is None:
-                ids += self._encode_ordinary(chunk)
             else:
                 byte_ids = self.byte_ids
                 for piece in self._pretokenize(chunk):
                     ids += self._merge_pretoken_dropout([byte_ids[b] for b in piece.encode("utf-8")], dropout, rng)
         return ids
 
-    def encode_iterable(self, chunks: Iterable[str], allowed_special=(), disallowed_special="all") -> Iterator[int]:
-        """Yield the ids of the concatenated ``chunks`` (e.g. the lines of an open file) one by one, lazily.
+    def encode_iterable(self, chunks: Iterable[str], allowed_special=(), disallowed_special="all",
+                        buffer_chars: int = 65536) -> Iterator[int]:
+        """The ids of the concatenated ``chunks`` (e.g. the lines of an open file), lazily, in bounded memory.
 
         Book: Tokenizers, "Real vocabularies".
 
-        The last pre-token of each chunk is held back and pre-tokenised again with the next chunk, so a word or
-        a run of blank lines cut by a chunk boundary is merged whole; the pre-tokens before it are encoded as
-        they were split, never joined and split again. The output equals ``encode("".join(chunks))`` whenever
-        those earlier pre-tokens do not depend on the text that follows the chunk (true when chunks end with a
-        newline, as lines do; a chunk ending inside ``"we'l"`` + ``"l"`` splits the contraction differently). A special token must lie inside one chunk; the
-        disallowed check runs on each chunk with its held-back text.
+        The ids equal ``encode("".join(chunks), allowed_special=..., disallowed_special=...)`` on any chunking
+        (a property test checks GPT-2's, GPT-4's and GPT-4o's patterns). Chunks are gathered until they hold
+        ``buffer_chars`` characters (1: each chunk as it comes); then the pre-tokens that no later text can
+        change are encoded, and the rest of the text is held back and split again with what follows. A
+        pre-token is final when it ends at least 3 characters before the end of the text read so far (the
+        longest look-ahead of these patterns: a contraction ``'ll`` after a word), before the trailing run of
+        whitespace (whose split depends on what follows: ``\\s+(?!\\S)``, ``\\s*[\\r\\n]``, ``\\s++$``) and
+        before a trailing prefix of a special token (which the next chunk may complete). A pattern of your own
+        that looks further ahead needs its own margin. A disallowed special token raises ``ValueError`` when
+        the text that completes it is read (after the ids before it). The memory held is ``buffer_chars`` plus
+        one chunk, the ids of one buffer and the text held back (one run of whitespace plus a few pre-tokens,
+        except in a text that never stops being whitespace or one word).
         """
         if isinstance(chunks, str) or not isinstance(chunks, Iterable):
             raise TypeError(f"chunks must be an iterable of str (e.g. an open text file), got {_type_name(chunks)}")
-        held = ""
+        _check_int("buffer_chars", buffer_chars, minimum=1)
+        allowed, disallowed = self._special_sets(allowed_special, disallowed_special)
+        return chain.from_iterable(self._id_batches(chunks, allowed, disallowed, buffer_chars))
+
+    def _id_batches(self, chunks, allowed: frozenset, disallowed: frozenset, buffer_chars: int):
+        """The ids of :meth:`encode_iterable`, one list per buffer of text."""
+        prefixes = self._special_prefixes(allowed | disallowed)
+        longest_prefix = max(map(len, prefixes), default=0)
+        held, buffered, size = "", [], 0
         for k, chunk in enumerate(chunks):
             _check_str(f"chunk {k}", chunk)
-            text = held + chunk
-            allowed = self._allowed_specials(allowed_special, disallowed_special, text)
+            buffered.append(chunk)
+            size += len(chunk)
+            if size < buffer_chars:
+                continue
+            text = held + "".join(buffered)
+            buffered, size = [], 0
+            pending = text[-1] if "\ud800" <= text[-1] <= "\udbff" else ""  # half a surrogate pair
+            text = text[: len(text) - len(pending)]
+            self._raise_if_disallowed(disallowed, text)
             parts = self._split_special(_replace_lone_surrogates(text), allowed)
-            held, tail = "", []
-            if parts and not parts[-1][1]:  # the pre-tokens of the last part, encoded as split here (joined and
-                tail = self._pretokenize(parts.pop()[0])  # split again, "\t\t}" would lose its context)
-                held = tail.pop()
-            for part, is_special in parts:
-                if is_special:
-                    yield self.special_tokens[part]
-                else:
-                    yield from self._encode_ordinary(part)
-            yield from self._encode_pretokens(tail)
-        if held:
-            yield from self._encode_ordinary(held)
+            tail = parts.pop()[0] if parts and not parts[-1][1] else ""
+            ids = self._encode_parts(parts)
+            limit = min(len(tail) - 3, len(tail.rstrip()))
+            for cut in range(min(longest_prefix, len(tail)), 0, -1):
+                if tail[-cut:] in prefixes:
+                    limit = min(limit, len(tail) - cut)
+                    break
+            pieces = self._pretokenize(tail)
+            final, end = len(pieces), len(tail)
+            while final and end > limit:
+                final -= 1
+                end -= len(pieces[final])
+            ids += self._encode_pretokens(pieces[:final])
+            held = tail[end:] + pending
+            yield ids
+        text = held + "".join(buffered)
+        self._raise_if_disallowed(disallowed, text)
+        yield self._encode_parts(self._split_special(_replace_lone_surrogates(text), allowed))
+
+    def _encode_parts(self, parts: list[tuple[str, bool]]) -> list[int]:
+        """The ids of text cut at special tokens: ``(text, is_special)`` pairs."""
+        ids: list[int] = []
+        for part, is_special in parts:
+            if is_special:
+                ids.append(self.special_tokens[part])
+            else:
+                ids += self._encode_ordinary(part)
+        return ids
+
+    def _special_prefixes(self, specials: frozenset) -> frozenset:
+        """Every proper prefix of the given special tokens (a text ending with one may continue into a token)."""
+        if specials not in self._prefix_sets:
+            self._prefix_sets[specials] = frozenset(s[:k] for s in specials for k in range(1, len(s)))
+        return self._prefix_sets[specials]
 
     def decode(self, ids, errors: str = "replace") -> str:
         """The text of ``ids``: concatenate the tokens' bytes and decode UTF-8.
@@ -534,4 +612,5 @@ class BPETokenizer:
         return cls(pairs, data.get("special_tokens", []), data.get("pattern"))
 
     def __repr__(self) -> str:
-        return f"BPETokenizer(merges={len(self.merges)}, special_tokens={list(self.special_tokens)})"
+        size = f"tokens={len(self._whole_pieces)}" if self._whole_pieces is not None else f"merges={len(self.merges)}"
+        return f"BPETokenizer({size}, special_tokens={list(self.special_tokens)})"

@@ -1,5 +1,6 @@
 """The two inner loops of byte-level BPE: the incremental pair counts of training (:class:`_PairIndex`, which
-WordPiece's training shares) and the merge of one pre-token when encoding (:func:`merge_by_rank_heap`).
+WordPiece's training shares) and the merge of one pre-token when encoding, by the ranks of id pairs
+(:func:`merge_by_rank_heap`) or of byte strings, as tiktoken states its rule (:func:`merge_bytes_by_rank`).
 
 Book: Tokenizers, "Training fast" and "Real vocabularies".
 """
@@ -147,4 +148,77 @@ def _merge_by_rank_scan(ids: list[int], ranks: Mapping[tuple[int, int], int]) ->
         if best is None:
             break
         ids = merge_symbols(ids, best[0], best[1], best_rank)
+    return ids
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Merging one pre-token by the ranks of byte strings (tiktoken's formulation)
+
+_NO_RANK = 1 << 62  # larger than any rank: "these bytes are not a token"
+
+
+def merge_bytes_by_rank(data: bytes, ranks: Mapping[bytes, int]) -> list[int]:
+    """The token ids of one pre-token, merged by the ranks of byte strings: ``O(n^2)`` scans, ``O(n log n)``
+    with a priority queue from 64 bytes on.
+
+    Book: Tokenizers, "Real vocabularies".
+
+    The pre-token is a list of parts (first its single bytes); repeatedly join the two adjacent parts whose
+    concatenation has the smallest rank in ``ranks`` (``{token bytes: id}``), the leftmost among equal ranks,
+    until no concatenation is a token. For a vocabulary where every token of two or more bytes can be written
+    as two tokens of smaller rank (tiktoken's files), this is :func:`merge_by_rank_heap` on ids, without the
+    table of pairs: nothing is built beyond ``ranks`` itself.
+    """
+    n = len(data)
+    if n >= 64:
+        return _merge_bytes_heap(data, ranks)
+    get = ranks.get
+    starts = list(range(n + 1))  # part k is data[starts[k]:starts[k + 1]]
+    pair_ranks = [get(data[i:i + 2], _NO_RANK) for i in range(n - 1)]  # pair k joins parts k and k + 1
+    while pair_ranks:
+        best = min(pair_ranks)
+        if best == _NO_RANK:
+            break
+        k = pair_ranks.index(best)  # the leftmost
+        del starts[k + 1], pair_ranks[k]
+        if k < len(pair_ranks):
+            pair_ranks[k] = get(data[starts[k]:starts[k + 2]], _NO_RANK)
+        if k > 0:
+            pair_ranks[k - 1] = get(data[starts[k - 1]:starts[k + 1]], _NO_RANK)
+    return [ranks[data[a:b]] for a, b in zip(starts, starts[1:])]
+
+
+def _merge_bytes_heap(data: bytes, ranks: Mapping[bytes, int]) -> list[int]:
+    """:func:`merge_bytes_by_rank` with a heap of ``(rank, start)``; the parts form a linked list (``end[i]``:
+    where the part starting at ``i`` ends; ``prev[i]``: where its left neighbour starts)."""
+    n = len(data)
+    get = ranks.get
+    end = list(range(1, n + 1))
+    prev = list(range(-1, n - 1))
+    alive = bytearray(b"\x01") * n
+    heap = [(r, i) for i in range(n - 1) if (r := get(data[i:i + 2])) is not None]
+    heapq.heapify(heap)
+    while heap:
+        r, i = heapq.heappop(heap)
+        if not alive[i]:
+            continue
+        j = end[i]
+        if j >= n or get(data[i:end[j]]) != r:
+            continue  # stale: a neighbour was merged after this entry was pushed
+        k = end[i] = end[j]
+        alive[j] = 0
+        if k < n:
+            prev[k] = i
+            rk = get(data[i:end[k]])
+            if rk is not None:
+                heapq.heappush(heap, (rk, i))
+        p = prev[i]
+        if p >= 0:
+            rp = get(data[p:k])
+            if rp is not None:
+                heapq.heappush(heap, (rp, p))
+    ids, i = [], 0
+    while i < n:
+        ids.append(ranks[data[i:end[i]]])
+        i = end[i]
     return ids
