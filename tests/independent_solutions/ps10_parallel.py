@@ -82,4 +82,48 @@ ANSWERS = {
                 clean = 0
     return np.array(scales, dtype=np.float64), np.array(taken, dtype=bool)
 ''',
+    "tp_mlp_partials": '''def tp_mlp_partials(x, w1, w2, t):
+    \"\"\"(t, n, d): rank r's partial output relu(x w1[:, cols_r]) w2[cols_r, :], cols_r = chunk_slices(h, t)[r].\"\"\"
+    x, w1, w2 = (np.asarray(a, dtype=np.float64) for a in (x, w1, w2))
+    out = np.zeros((t, x.shape[0], w2.shape[1]))
+    for rank, columns in enumerate(chunk_slices(w1.shape[1], t)):
+        hidden = np.maximum(x @ w1[:, columns], 0.0)  # each rank's slice of the hidden layer, no communication
+        out[rank] = hidden @ w2[columns, :]
+    return out
+''',
+    "average_gradients": '''def average_gradients(params, bucket_numel):
+    \"\"\"Average every p.grad over the ranks, one dist.all_reduce per bucket (reverse parameter order, at most
+    bucket_numel elements unless one parameter is larger); returns the buckets as lists of parameter indices.\"\"\"
+    buckets = []
+    for index in range(len(params) - 1, -1, -1):
+        count = params[index].numel()
+        if buckets and sum(params[i].numel() for i in buckets[-1]) + count <= bucket_numel:
+            buckets[-1].append(index)
+        else:
+            buckets.append([index])
+    size = dist.get_world_size()
+    for bucket in buckets:
+        grads = [params[i].grad for i in bucket]
+        flat = torch.cat([g.flatten() for g in grads])
+        dist.all_reduce(flat, op=dist.ReduceOp.SUM)
+        for g, part in zip(grads, torch.split(flat, [g.numel() for g in grads])):
+            g.copy_(part.reshape(g.shape) / size)
+    return buckets
+''',
+    "zero1_step": '''def zero1_step(params, momentum, lr, beta):
+    \"\"\"ZeRO-1 SGD with momentum: reduce-scatter the padded flat gradients (average), update this rank's shard of
+    the momentum (in place) and of the parameters, all-gather the parameters into params.\"\"\"
+    n, r, s = dist.get_world_size(), dist.get_rank(), momentum.numel()
+    pad = n * s - sum(p.numel() for p in params)
+    flat_grad = torch.nn.functional.pad(torch.cat([p.grad.flatten() for p in params]), (0, pad))
+    mine = torch.zeros(s, dtype=flat_grad.dtype)
+    dist.reduce_scatter_single(mine, flat_grad)
+    with torch.no_grad():
+        momentum.mul_(beta).add_(mine / n)
+        weights = torch.nn.functional.pad(torch.cat([p.flatten() for p in params]), (0, pad))
+        gathered = torch.empty_like(weights)
+        dist.all_gather_single(gathered, weights[r * s:(r + 1) * s] - lr * momentum)
+        for p, part in zip(params, torch.split(gathered[:weights.numel() - pad], [p.numel() for p in params])):
+            p.copy_(part.reshape(p.shape))
+''',
 }
