@@ -106,30 +106,43 @@ base.variant(PS10, "each step sends the whole message", "ring_bytes_sent", {"tes
 
 zero_with = base.template(PS10, "zero_memory", """
 def zero_memory(n_params, world_size, stage, k=12):
-    weights = 2 * n_params / (world_size if stage >= {weights} else 1)
-    grads = 2 * n_params / (world_size if stage >= {grads} else 1)
-    states = {k} * n_params / (world_size if stage >= 1 else 1)
-    return float(weights + grads + states)
-""", weights="3", grads="2", k="k")
+    own = {own}
+    weights = 2 * (own if stage >= {weights} else n_params)
+    grads = 2 * (own if stage >= {grads} else n_params)
+    states = {k} * (own if stage >= 1 else n_params)
+    return np.asarray(weights + grads + states, dtype=np.int64) * np.ones(world_size, dtype=np.int64)
+""", own="np.array([n_params // world_size + (r < n_params % world_size) for r in range(world_size)])",
+    weights="3", grads="2", k="k")
 base.variant(PS10, "ZeRO-2 also divides the weights", "zero_memory", {"test_zero_memory"}, zero_with(weights="2"))
 base.variant(PS10, "ZeRO-1 also divides the gradients", "zero_memory", {"test_zero_memory"}, zero_with(grads="1"))
 base.variant(PS10, "ZeRO-3 keeps the weights whole", "zero_memory", {"test_zero_memory"}, zero_with(weights="4"))
 base.variant(PS10, "optimiser state fixed at 12 bytes (k ignored)", "zero_memory", {"test_zero_memory"},
              zero_with(k="12"))
+base.variant(PS10, "ZeRO shards rounded down (the remainder kept by no GPU)", "zero_memory", {"test_zero_memory"},
+             zero_with(own="n_params // world_size"))
+base.variant(PS10, "ZeRO: the last GPU keeps the remainder", "zero_memory", {"test_zero_memory"},
+             zero_with(own="np.array([n_params // world_size + (n_params % world_size if r == world_size - 1 else 0) "
+                           "for r in range(world_size)])"))
 
 gpipe_with = base.template(PS10, "gpipe_schedule", """
-def gpipe_schedule(p, m):
-    grid = np.zeros((p, 2 * (m + p - 1)), dtype=int)
+def gpipe_schedule(p, m, t_backward=1):
+    turn = m + p - 1
+    grid = np.zeros((p, turn * (1 + t_backward)), dtype=int)
     for s in range(p):
         for i in range(m):
             grid[s, s + i] = i + 1
-            grid[s, {backward}] = -(i + 1)
+            start = {backward}
+            grid[s, start:start + {length}] = -(i + 1)
     return grid
-""", backward="(m + p - 1) + (p - 1 - s) + i")
+""", backward="turn + ((p - 1 - s) + i) * t_backward", length="t_backward")
 base.variant(PS10, "GPipe backwards run from the first stage", "gpipe_schedule", {"test_gpipe_schedule"},
-             gpipe_with(backward="(m + p - 1) + s + i"))
+             gpipe_with(backward="turn + (s + i) * t_backward"))
 base.variant(PS10, "GPipe backwards in reverse micro-batch order", "gpipe_schedule", {"test_gpipe_schedule"},
-             gpipe_with(backward="(m + p - 1) + (p - 1 - s) + (m - 1 - i)"))
+             gpipe_with(backward="turn + ((p - 1 - s) + (m - 1 - i)) * t_backward"))
+base.variant(PS10, "GPipe backwards of one slot whatever t_backward", "gpipe_schedule", {"test_gpipe_schedule"},
+             gpipe_with(length="1"))
+base.variant(PS10, "GPipe stages wait one slot per stage for a backward of t_backward slots", "gpipe_schedule",
+             {"test_gpipe_schedule"}, gpipe_with(backward="turn + (p - 1 - s) + i * t_backward"))
 
 bubble_with = base.template(PS10, "pipeline_bubble", """
 def pipeline_bubble(schedule):

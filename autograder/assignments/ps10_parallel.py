@@ -1,9 +1,9 @@
 """Trusted checks of ps10-parallel: fresh inputs for every hidden test cell, llmarch as the reference.
 
 The keys of ``CHECKS`` are the ``grade_id`` of the test cells in ``solutions/ps10-parallel/ps10-parallel.ipynb``.
-References: ``llmarch.parallel.ring`` (the ring collectives and their byte counts), ``llmarch.train.precision.
-model_state_bytes`` (the ZeRO table), ``llmarch.parallel.pipeline_schedule`` with unit forward and backward
-times (the GPipe grid) and ``llmarch.train.LossScaler`` driven by an optimiser whose gradients overflow on the
+References: ``llmarch.parallel.ring`` (the ring collectives and their byte counts), the ZeRO table counted
+element by element (which GPU keeps each element of each kind of model state), GPipe's rules simulated slot by
+slot (the grid, whatever the backward's length) and ``llmarch.train.LossScaler`` driven by an optimiser whose gradients overflow on the
 given steps (the loss-scale trace). The bubble of an arbitrary grid is computed here from its definition.
 
 Section 5 (tensor parallelism) is judged against a loop over the hidden units; section 6 (DDP and ZeRO-1 on
@@ -20,9 +20,8 @@ import numpy as np
 import torch
 
 from autograder.checks import Case, Check, FailureClass
-from llmarch.parallel import pipeline_schedule
 from llmarch.parallel.ring import ring_all_gather, ring_all_reduce, ring_bytes_sent, ring_reduce_scatter
-from llmarch.train import LossScaler, model_state_bytes
+from llmarch.train import LossScaler
 
 NOTEBOOK = "ps10-parallel.ipynb"
 TRUSTED_CALLABLES: dict = {}
@@ -32,17 +31,43 @@ TRUSTED_CALLABLES: dict = {}
 
 
 def ref_zero_memory(n_params, world_size, stage, k=12):
-    return np.float64(sum(model_state_bytes(float(n_params), int(world_size), int(stage), 2, 2, float(k))))
+    """Bytes per GPU, counted element by element: each kind of state (bytes per element, the first stage that
+    partitions it) is kept whole by every GPU, or each element by the GPU whose chunk holds it."""
+    n_params, world_size = int(n_params), int(world_size)
+    owner = np.concatenate([np.full(len(chunk), rank) for rank, chunk in
+                            enumerate(np.array_split(np.arange(n_params), world_size))]).astype(np.int64)
+    kept = np.bincount(owner, minlength=world_size)
+    total = np.zeros(world_size, dtype=np.int64)
+    for per_element, partitioned_from in ((2, 3), (2, 2), (int(k), 1)):  # weights, gradients, optimiser states
+        total += per_element * (kept if int(stage) >= partitioned_from else n_params)
+    return total
 
 
-def ref_gpipe_schedule(p, m):
-    """The simulated GPipe schedule with forward = backward = 1 slot, as a grid of micro-batch labels."""
-    p, m = int(p), int(m)
-    schedule = pipeline_schedule(p, m, "gpipe", t_forward=1.0, t_backward=1.0)
-    grid = np.zeros((p, 2 * (m + p - 1)), dtype=np.int64)
-    for stage, ops in enumerate(schedule.timeline):
-        for start, _, label in ops:
-            grid[stage, int(start)] = (int(label[1:]) + 1) * (1 if label[0] == "F" else -1)
+def ref_gpipe_schedule(p, m, t_backward=1):
+    """GPipe simulated slot by slot: in every slot, each stage that is free starts the next operation of its queue
+    (F0 .. F(m-1), B0 .. B(m-1)) when the operation it needs has finished; a grid of micro-batch labels."""
+    p, m, t_backward = int(p), int(m), int(t_backward)
+    queues = [[("F", i) for i in range(m)] + [("B", i) for i in range(m)] for _ in range(p)]
+    finished, free_from, filled = {}, [0] * p, []
+    slot = 0
+    while any(queues):
+        for stage in range(p):
+            if not queues[stage] or free_from[stage] > slot:
+                continue
+            kind, i = queues[stage][0]
+            if kind == "F":
+                needs = ("F", stage - 1, i) if stage > 0 else None
+            else:
+                needs = ("B", stage + 1, i) if stage < p - 1 else ("F", stage, i)
+            if needs is None or finished.get(needs, math.inf) <= slot:
+                length = 1 if kind == "F" else t_backward
+                filled += [(stage, t, (i + 1) * (1 if kind == "F" else -1)) for t in range(slot, slot + length)]
+                finished[kind, stage, i] = free_from[stage] = slot + length
+                queues[stage].pop(0)
+        slot += 1
+    grid = np.zeros((p, max(finished.values())), dtype=np.int64)
+    for stage, t, label in filled:
+        grid[stage, t] = label
     return grid
 
 
@@ -169,10 +194,11 @@ def _ring_bytes(rng):
 
 
 def _zero_memory(rng):
-    n, world = float(rng.integers(10**6, 10**11)), int(rng.choice([2, 8, 16, 64, 512]))
-    return [Case((7.5e9, 64, stage), note=f"7.5e9 parameters on 64 GPUs, stage {stage}") for stage in range(4)] + [
-        Case((1e9, 8, 1), {"k": 8}, note="stage 1, k = 8"), Case((1e9, 1, 3), note="stage 3 on a single GPU"),
-        Case((1e9, 16, 2), {"k": 4}, note="stage 2, k = 4"),
+    n, world = int(rng.integers(10**3, 10**6)), int(rng.choice([2, 8, 16, 64, 512]))
+    return [Case((960_000, 64, stage), note=f"960,000 parameters on 64 GPUs, stage {stage}") for stage in range(4)] + [
+        Case((10**6, 8, 1), {"k": 8}, note="stage 1, k = 8"), Case((10**6, 1, 3), note="stage 3 on a single GPU"),
+        Case((10**6, 16, 2), {"k": 4}, note="stage 2, k = 4"),
+        *[Case((1003, 8, stage), note=f"1003 parameters on 8 GPUs, stage {stage}") for stage in range(1, 4)],
         Case((n, world, int(rng.integers(0, 4))), {"k": int(rng.choice([8, 12, 16]))},
              note="a random size, GPU count, stage and k")]
 
@@ -180,7 +206,10 @@ def _zero_memory(rng):
 def _gpipe_schedule(rng):
     return [Case((2, 2), note="2 stages, 2 micro-batches"), Case((1, 3), note="1 stage, 3 micro-batches"),
             Case((4, 8), note="4 stages, 8 micro-batches"), Case((3, 1), note="3 stages, 1 micro-batch"),
-            Case((int(rng.integers(2, 7)), int(rng.integers(1, 12))), note="random stages and micro-batches")]
+            Case((3, 4), {"t_backward": 2}, note="3 stages, 4 micro-batches, backwards of 2 slots"),
+            Case((2, 1), {"t_backward": 3}, note="2 stages, 1 micro-batch, backwards of 3 slots"),
+            Case((int(rng.integers(2, 7)), int(rng.integers(1, 12))), {"t_backward": int(rng.integers(1, 4))},
+                 note="random stages, micro-batches and backward length")]
 
 
 def _pipeline_bubble(rng):
@@ -342,12 +371,19 @@ FAILURE_CLASSES = [
     FailureClass("ZeRO: optimiser state k other than 12", "test_zero_memory",
                  lambda case: case.kwargs.get("k", 12) != 12 and case.args[2] >= 1),
     FailureClass("ZeRO: a single GPU", "test_zero_memory", lambda case: case.args[1] == 1),
+    *[FailureClass(f"ZeRO: stage {stage}, parameters that do not split evenly", "test_zero_memory",
+                   lambda case, stage=stage: case.args[2] == stage and case.args[0] % case.args[1] != 0)
+      for stage in range(1, 4)],
     FailureClass("GPipe: several stages and micro-batches", "test_gpipe_schedule",
                  lambda case: case.args[0] > 1 and case.args[1] > 1),
     FailureClass("GPipe: more micro-batches than stages", "test_gpipe_schedule",
                  lambda case: case.args[1] > case.args[0]),
     FailureClass("GPipe: a single stage", "test_gpipe_schedule", lambda case: case.args[0] == 1),
     FailureClass("GPipe: a single micro-batch", "test_gpipe_schedule", lambda case: case.args[1] == 1),
+    FailureClass("GPipe: backwards longer than a slot, several stages and micro-batches", "test_gpipe_schedule",
+                 lambda case: case.kwargs.get("t_backward", 1) > 1 and min(case.args) > 1),
+    FailureClass("GPipe: backwards longer than a slot, one micro-batch", "test_gpipe_schedule",
+                 lambda case: case.kwargs.get("t_backward", 1) > 1 and case.args[1] == 1),
     FailureClass("bubble: idle columns after the last operation", "test_pipeline_bubble",
                  lambda case: case.args[0].any() and not case.args[0][:, -1].any()),
     FailureClass("bubble: an idle first slot of a working grid", "test_pipeline_bubble",

@@ -34,25 +34,36 @@ ANSWERS = {
     return float(phases * (world_size - 1) * chunk)
 ''',
     "zero_memory": '''def zero_memory(n_params, world_size, stage, k=12):
-    """Bytes per GPU of 16-bit weights, 16-bit gradients and k bytes of optimiser state per parameter under ZeRO
-    stage 0, 1, 2 or 3 on world_size GPUs."""
-    weights, gradients, optimiser = 2.0 * n_params, 2.0 * n_params, float(k) * n_params
-    if stage >= 1:
-        optimiser /= world_size
-    if stage >= 2:
-        gradients /= world_size
-    if stage >= 3:
-        weights /= world_size
-    return float(weights + gradients + optimiser)
+    \"\"\"(world_size,) int array: bytes of model states each GPU keeps under ZeRO stage 0-3.\"\"\"
+    kept = np.array([c.stop - c.start for c in chunk_slices(n_params, world_size)], dtype=np.int64)
+    whole = np.full(world_size, n_params, dtype=np.int64)
+    weights = 2 * (kept if stage == 3 else whole)
+    gradients = 2 * (kept if stage in (2, 3) else whole)
+    optimiser = k * (kept if stage in (1, 2, 3) else whole)
+    return weights + gradients + optimiser
 ''',
-    "gpipe_schedule": '''def gpipe_schedule(p, m):
-    """(p, 2 (m + p - 1)) int array: i + 1 for the forward of micro-batch i, -(i + 1) for its backward, 0 idle."""
-    slots = 2 * (m + p - 1)
-    grid = np.zeros((p, slots), dtype=np.int64)
-    for stage in range(p):
+    "gpipe_schedule": '''def gpipe_schedule(p, m, t_backward=1):
+    \"\"\"GPipe's rules simulated event by event: each operation starts when its stage is free and its input is
+    ready; a grid of micro-batch labels (forward i + 1, backward -(i + 1), idle 0).\"\"\"
+    forward_end = np.zeros((p, m), dtype=np.int64)
+    backward_end = np.zeros((p, m), dtype=np.int64)
+    ops = []
+    for s in range(p):
+        free = 0
         for i in range(m):
-            grid[stage, stage + i] = i + 1
-            grid[stage, (m + p - 1) + (p - 1 - stage) + i] = -(i + 1)
+            begin = max(free, forward_end[s - 1, i] if s > 0 else 0)
+            forward_end[s, i] = free = begin + 1
+            ops.append((s, begin, 1, i + 1))
+    free_at = forward_end[:, m - 1].copy()
+    for s in range(p - 1, -1, -1):
+        for i in range(m):
+            ready = backward_end[s + 1, i] if s < p - 1 else forward_end[s, i]
+            begin = max(free_at[s], ready)
+            backward_end[s, i] = free_at[s] = begin + t_backward
+            ops.append((s, begin, t_backward, -(i + 1)))
+    grid = np.zeros((p, int(backward_end.max())), dtype=np.int64)
+    for s, begin, length, label in ops:
+        grid[s, begin:begin + length] = label
     return grid
 ''',
     "pipeline_bubble": '''def pipeline_bubble(schedule):
