@@ -19,6 +19,9 @@ PS10 = "ps10-parallel"
 ALL_REDUCE = {"test_all_reduce"}
 SCALER = {"test_loss_scaler_backoff", "test_loss_scaler_growth"}
 FIRST = len(base.VARIANTS[PS10]), len(base.TEMPLATES)
+# The two checks on real processes fork 2 or 3 ranks for each case: 3 seeds, as ps6's fits have (their fixed
+# cases meet every failure class in every draw; tests/test_failure_classes.py checks 20 draws of them).
+base.SEEDS_OF.update({"test_ddp_average": range(3), "test_zero1": range(3)})
 
 reduce_scatter_with = base.template(PS10, "ring_reduce_scatter", """
 def ring_reduce_scatter(buffers):

@@ -264,8 +264,8 @@ def _loss_scaler_growth(rng):
 def _tp_partials(rng):
     def case(n, d, h, t, note):
         return Case((rng.normal(size=(n, d)), rng.normal(size=(d, h)), rng.normal(size=(h, d)), t), note=note)
-    return [case(3, 4, 6, 2, "h = 6 on 2 ranks"), case(4, 3, 7, 3, "h = 7 on 3 ranks: shards of 3, 2 and 2"),
-            case(2, 5, 5, 1, "a single rank"), case(3, 2, 2, 4, "4 ranks, h = 2: two ranks keep no column"),
+    return [case(3, 4, 6, 2, "h = 6 on 2 ranks"), case(4, 3, 7, 3, "h = 7 on 3 ranks (h not a multiple of t)"),
+            case(2, 5, 5, 1, "a single rank"), case(3, 2, 2, 4, "4 ranks, h = 2 (more ranks than hidden units)"),
             case(int(rng.integers(1, 6)), int(rng.integers(1, 6)), int(rng.integers(1, 13)), int(rng.integers(2, 6)),
                  "random sizes and ranks")]
 
@@ -285,17 +285,17 @@ def _ddp_average(rng):
     """Parameters of 24, 8, 16 and 2 elements (d = 3, h = 8, o = 2) unless random."""
     mlp = _random_mlp(rng)
     n_params = sum(a.size for a in mlp[:4])
-    return [Case(_mlp_case(rng, 3, 8, 2, 2, 3) + (20,), note="2 ranks, 3 buckets of 18, 8 and 24 elements"),
-            Case(_mlp_case(rng, 3, 8, 2, 3, 2) + (16,), note="3 ranks, a bucket per parameter"),
-            Case(_mlp_case(rng, 2, 4, 2, 2, 2) + (12,), note="2 ranks, 2 buckets of 10 and 12 elements"),
-            Case(_mlp_case(rng, 3, 8, 2, 2, 2) + (1000,), note="2 ranks, one bucket for everything"),
+    return [Case(_mlp_case(rng, 3, 8, 2, 2, 3) + (20,), note="2 ranks, parameters of 24, 8, 16 and 2 elements, bucket_numel 20"),
+            Case(_mlp_case(rng, 3, 8, 2, 3, 2) + (16,), note="3 ranks, bucket_numel 16, below the largest parameter"),
+            Case(_mlp_case(rng, 2, 4, 2, 2, 2) + (12,), note="2 ranks, parameters of 8, 4, 8 and 2 elements, bucket_numel 12"),
+            Case(_mlp_case(rng, 3, 8, 2, 2, 2) + (1000,), note="2 ranks, bucket_numel above the parameter count"),
             Case(mlp + (int(rng.integers(1, n_params + 1)),), note="random sizes, ranks and bucket_numel")]
 
 
 def _zero1(rng):
     """50 parameters (d = 3, h = 8, o = 2) unless random."""
     return [Case(_mlp_case(rng, 3, 8, 2, 2, 3) + (0.1, 0.9, 3), note="2 ranks, 3 steps"),
-            Case(_mlp_case(rng, 3, 8, 2, 3, 2) + (0.05, 0.5, 2), note="3 ranks: one element of padding, 2 steps"),
+            Case(_mlp_case(rng, 3, 8, 2, 3, 2) + (0.05, 0.5, 2), note="3 ranks, 50 parameters (not a multiple of 3), 2 steps"),
             Case(_mlp_case(rng, 2, 5, 3, 2, 2) + (0.1, 0.0, 1), note="2 ranks, one step, no momentum"),
             Case(_random_mlp(rng) + (float(rng.uniform(0.01, 0.2)), float(rng.uniform(0.3, 0.95)),
                                      int(rng.integers(2, 5))), note="random sizes, ranks, lr, beta and steps")]
