@@ -3,8 +3,9 @@
 The keys of ``CHECKS`` are the ``grade_id`` of the test cells in ``solutions/ps10-parallel/ps10-parallel.ipynb``.
 References: ``llmarch.parallel.ring`` (the ring collectives and their byte counts), the ZeRO table counted
 element by element (which GPU keeps each element of each kind of model state), GPipe's rules simulated slot by
-slot (the grid, whatever the backward's length) and ``llmarch.train.LossScaler`` driven by an optimiser whose gradients overflow on the
-given steps (the loss-scale trace). The bubble of an arbitrary grid is computed here from its definition.
+slot (the grid, whatever the backward's length) and ``llmarch.train.LossScaler`` driven by an optimiser whose
+gradients overflow on the given steps (the loss-scale trace). The bubble of an arbitrary grid is computed here
+from its definition.
 
 Section 5 (tensor parallelism) is judged against a loop over the hidden units; section 6 (DDP and ZeRO-1 on
 real processes: the notebook's read-only ``ddp_gradients`` and ``zero1_training`` fork 2 or 3 ranks joined by
@@ -285,9 +286,11 @@ def _ddp_average(rng):
     """Parameters of 24, 8, 16 and 2 elements (d = 3, h = 8, o = 2) unless random."""
     mlp = _random_mlp(rng)
     n_params = sum(a.size for a in mlp[:4])
-    return [Case(_mlp_case(rng, 3, 8, 2, 2, 3) + (20,), note="2 ranks, parameters of 24, 8, 16 and 2 elements, bucket_numel 20"),
+    return [Case(_mlp_case(rng, 3, 8, 2, 2, 3) + (20,),
+                 note="2 ranks, parameters of 24, 8, 16 and 2 elements, bucket_numel 20"),
             Case(_mlp_case(rng, 3, 8, 2, 3, 2) + (16,), note="3 ranks, bucket_numel 16, below the largest parameter"),
-            Case(_mlp_case(rng, 2, 4, 2, 2, 2) + (12,), note="2 ranks, parameters of 8, 4, 8 and 2 elements, bucket_numel 12"),
+            Case(_mlp_case(rng, 2, 4, 2, 2, 2) + (12,),
+                 note="2 ranks, parameters of 8, 4, 8 and 2 elements, bucket_numel 12"),
             Case(_mlp_case(rng, 3, 8, 2, 2, 2) + (1000,), note="2 ranks, bucket_numel above the parameter count"),
             Case(mlp + (int(rng.integers(1, n_params + 1)),), note="random sizes, ranks and bucket_numel")]
 
@@ -295,7 +298,8 @@ def _ddp_average(rng):
 def _zero1(rng):
     """50 parameters (d = 3, h = 8, o = 2) unless random."""
     return [Case(_mlp_case(rng, 3, 8, 2, 2, 3) + (0.1, 0.9, 3), note="2 ranks, 3 steps"),
-            Case(_mlp_case(rng, 3, 8, 2, 3, 2) + (0.05, 0.5, 2), note="3 ranks, 50 parameters (not a multiple of 3), 2 steps"),
+            Case(_mlp_case(rng, 3, 8, 2, 3, 2) + (0.05, 0.5, 2),
+                 note="3 ranks, 50 parameters (not a multiple of 3), 2 steps"),
             Case(_mlp_case(rng, 2, 5, 3, 2, 2) + (0.1, 0.0, 1), note="2 ranks, one step, no momentum"),
             Case(_random_mlp(rng) + (float(rng.uniform(0.01, 0.2)), float(rng.uniform(0.3, 0.95)),
                                      int(rng.integers(2, 5))), note="random sizes, ranks, lr, beta and steps")]
