@@ -89,6 +89,9 @@ SWEEP_LRS = (1e-3, 3e-3, 1e-2)
 SWEEP_SEEDS = (100, 101, 102)
 SWEPT = ("clm", "mlm", "mlm_postln", "t5", "electra")
 LR_FROM = {"nsp": "mlm", "pairs": "mlm", "mlm_5": "mlm", "mlm_40": "mlm", "mlm_80": "mlm"}
+# A control at a fixed rate: the causal LM at the sweep's runner-up, 1e-3 (its mean held-out loss was within
+# 0.001 nats of 1e-2's), to show how much the downstream scores depend on that near-tie.
+FIXED_LR = {"clm_lr1e-3": 1e-3}
 MASK_RATES = (0.05, 0.15, 0.40, 0.80)
 ZERO_SHOT_TRAIN = 512    # training windows used to fit the zero-shot threshold
 
@@ -197,6 +200,7 @@ def make_objectives(data: torch.Tensor, pairs: dict) -> dict:
     """Every pretrained variant, by name: (objective factory, what it is)."""
     variants = {
         "clm": (lambda: CausalLM(data), "causal LM (GPT)"),
+        "clm_lr1e-3": (lambda: CausalLM(data), "causal LM at lr 1e-3 (control)"),
         "mlm": (lambda: MaskedLM(data, 0.15), "MLM 15% (BERT, pre-LN)"),
         "mlm_postln": (lambda: MaskedLM(data, 0.15, post_ln=True), "MLM 15% on BERT's post-LN encoder (control)"),
         "t5": (lambda: SpanCorruption(data), "span corruption (T5, encoder-decoder)"),
@@ -215,6 +219,7 @@ EXPERIMENTS = {
     "mask_rate": ["mlm_5", "mlm", "mlm_40", "mlm_80"],
     "nsp": ["nsp", "pairs", "mlm"],
     "electra": ["mlm", "electra"],
+    "lr_control": ["clm", "clm_lr1e-3"],
 }
 ZERO_SHOT = ("clm", "mlm", "t5", "electra")
 RANDOM_INIT = {"random_decoder": "clm", "random_encoder": "mlm", "random_encoder-decoder": "t5"}
@@ -255,7 +260,7 @@ def evaluate_downstream(objective: nn.Module, tasks: dict, seed: int) -> list[tu
 def select_lrs(sweep_rows: list[dict]) -> dict[str, float]:
     """Each swept objective's learning rate: the one of ``SWEEP_LRS`` with the lowest held-out pretraining loss,
     averaged over the sweep's seeds (a diverged run, NaN, counts as infinite); the variants of ``LR_FROM`` take
-    their source's rate. ``sweep_rows``: the rows of ``pretraining_objectives_sweep.csv``, which must hold every
+    their source's rate, those of ``FIXED_LR`` their fixed rate. ``sweep_rows``: the rows of ``pretraining_objectives_sweep.csv``, which must hold every
     rate of every objective of ``SWEPT`` for the same seeds."""
     losses, seeds = defaultdict(list), defaultdict(set)
     for row in sweep_rows:
@@ -267,7 +272,7 @@ def select_lrs(sweep_rows: list[dict]) -> dict[str, float]:
             raise ValueError(f"the sweep does not hold {name!r} at every lr of {SWEEP_LRS} for the same seeds "
                              f"({ {lr: sorted(seeds[name, lr]) for lr in SWEEP_LRS} }): run the sweep phase first")
         chosen[name] = min(SWEEP_LRS, key=lambda lr: np.nan_to_num(np.mean(losses[name, lr]), nan=np.inf))
-    return {**chosen, **{name: chosen[source] for name, source in LR_FROM.items()}}
+    return {**chosen, **{name: chosen[source] for name, source in LR_FROM.items()}, **FIXED_LR}
 
 
 def chosen_lrs(out_dir: Path = DATA_DIR) -> dict[str, float]:
@@ -420,7 +425,7 @@ def write_summary(out_dir: Path, files: dict[str, list[dict]], random_cpu: dict,
         "zero_shot": list(ZERO_SHOT),
         "lr": lrs,
         "sweep": {"lrs": list(SWEEP_LRS), "seeds": sorted({int(r["seed"]) for r in files["sweep"]}),
-                  "swept": list(SWEPT), "lr_from": LR_FROM,
+                  "swept": list(SWEPT), "lr_from": LR_FROM, "fixed": FIXED_LR,
                   "selection": "lowest mean held-out pretraining loss over the sweep seeds (ELECTRA: the total "
                                "loss L_MLM + 50 L_RTD)"},
         "steps": ctx["steps"], "flops_per_step": ctx["flops"], "budget_flops": ctx["budget"],
