@@ -2,16 +2,18 @@
 
 Book: Pretraining objectives, "Experiments". Regenerate the files with ``make experiments`` (or
 ``nice .venv/bin/python book/experiments/pretraining_objectives.py --jobs 2``: two one-thread worker
-processes, about 45 CPU-minutes in all, the sweep 9 of them). Everything is seeded, and a rerun on the same
+processes, about 65 CPU-minutes in all, the sweep on three seeds 20 of them). Everything is seeded, and a rerun on the same
 machine and thread count reproduces the losses. Across machines the runs are not bit-reproducible
 (reductions run in another order), and a single run can end as far from its committed value as the spread
 between seeds (a rerun of one T5 seed elsewhere once ended 0.11 nats off). Compare means over seeds.
 
 Corpus and tasks: :mod:`pretraining_tasks`. Every encoder is pre-LN (``x + SubLayer(LN(x))``, a final LN);
 the post-LN BERT encoder of :mod:`llmarch.model` is kept as a control (``mlm_postln``). Width 64, 4 heads,
-2 layers (the encoder-decoder 2 + 2). Every model reads 32 tokens: ``[CLS]`` and 31 words, except T5's
-encoder, which reads ``[CLS]`` and 34 words after span corruption (34 - 5 noise words + 2 sentinels = 31),
-so that its sources are as long as the downstream inputs, as T5 chooses its raw lengths. ELECTRA's
+2 layers (the encoder-decoder 2 + 2). Every model reads 32 tokens: ``[CLS]`` and 31 words; T5's encoder
+reads ``[CLS]`` and 34 words after span corruption (34 - 5 noise words + 2 sentinels = 31), so that its
+sources are as long as the downstream inputs, as T5 chooses its raw lengths, with masks rolled so that every
+position holds words in some sources (``pretraining_models.t5_noise_mask``); the pair models read
+``[CLS] A(15) [SEP] B(14) [SEP]``. ELECTRA's
 generator (width 32) and discriminator share their embeddings (token, position, segment, and their
 LayerNorm; the generator projects them to its width), as in Clark et al. (2020).
 
