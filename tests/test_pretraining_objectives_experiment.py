@@ -409,3 +409,24 @@ def test_the_learning_rates_are_the_sweeps_best(results):
     for name, source in summary["sweep"]["lr_from"].items():
         assert summary["lr"][name] == summary["lr"][source]
     assert all(float(r["lr"]) == summary["lr"][r["variant"]] for r in runs)
+
+
+def test_t5_diagnostic_inputs_are_pretraining_sources_with_the_words_tags():
+    """The diagnostic's inputs in pretraining's format: each row is a T5 source of 32 tokens (two sentinels,
+    rolled masks), every kept word carries the tag a brute-force walk of the grammar gives it, sentinels none."""
+    td = pytest.importorskip("t5_diagnostics")
+    stream = GRAMMAR.encode(GRAMMAR.sample(3000, seed=21)).numpy()
+    ids, labels = td.pretraining_format_tagging(GRAMMAR, stream, 40, seed=5)
+    assert ids.shape == labels.shape == (40, pt.WINDOW + 1)
+    starts = np.random.default_rng(5).integers(0, len(stream) - pm.T5_WORDS, size=40)
+    generator = torch.Generator().manual_seed(5)   # the masks, redrawn in the same order
+    for row, start in enumerate(starts):
+        words = stream[start: start + pm.T5_WORDS]
+        tags = brute_force_emitters([GRAMMAR.vocab[w] for w in words])
+        is_sentinel = ids[row] >= pt.SENTINELS[0]
+        assert is_sentinel.sum() == 2 and (labels[row][is_sentinel] == pt.IGNORE).all()
+        kept = ids[row][1:][~is_sentinel[1:]].tolist()
+        positions = np.flatnonzero(~pm.t5_noise_mask(generator).numpy())
+        assert kept == words[positions].tolist() and len(kept) == pm.T5_WORDS - 5
+        expected = [tags[i] if tags[i] >= 0 else pt.IGNORE for i in positions]
+        assert labels[row][1:][~is_sentinel[1:]].tolist() == expected
