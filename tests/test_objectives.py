@@ -453,6 +453,33 @@ def test_random_spans_noise_mask_draws_every_mask_equally_often():
         assert_rate(count, n, 1 / 15, "one of the 15 masks")
 
 
+def test_random_roll_rotates_every_mask_by_a_uniform_offset():
+    """L = 10, density 0.4, mean 2, rolled: each of the 15 masks above, rotated by each of the 10 offsets
+    (T5's ``tf.roll``), is equally likely; counted over the 150 pairs (several pairs give one rolled mask)."""
+    unrolled = set()
+    for noise in ([1, 3], [2, 2], [3, 1]):
+        for other in ([1, 5], [2, 4], [3, 3], [4, 2], [5, 1]):
+            unrolled.add(tuple([False] * other[0] + [True] * noise[0] + [False] * other[1] + [True] * noise[1]))
+    expected = {}
+    for mask in unrolled:
+        for k in range(10):
+            rolled = mask[-k:] + mask[:-k] if k else mask
+            expected[rolled] = expected.get(rolled, 0) + 1 / 150
+    counts = dict.fromkeys(expected, 0)
+    n, g = 6000, gen(27)
+    for _ in range(n):
+        counts[tuple(random_spans_noise_mask(10, 0.4, 2.0, generator=g, random_roll=True).tolist())] += 1
+    for mask, p in expected.items():
+        assert_rate(counts[mask], n, p, f"rolled mask {mask}")
+    assert random_spans_noise_mask(10, 0.4, 2.0, generator=gen(1), random_roll=False).tolist() == \
+        random_spans_noise_mask(10, 0.4, 2.0, generator=gen(1)).tolist()       # the default does not roll
+    with pytest.raises(ValueError, match="one sequence"):
+        t5_span_corruption(torch.arange(20).reshape(2, 10), sentinel_ids=[90, 91, 92], random_roll=True)
+    inputs, targets = t5_span_corruption(torch.arange(40), sentinel_ids=list(range(90, 99)), generator=gen(2),
+                                         random_roll=True)
+    assert _fill_sentinels(inputs.tolist(), targets.tolist(), set(range(90, 99))) == list(range(40))
+
+
 def _fill_sentinels(inputs, targets, sentinels):
     """Rebuild the original from T5's inputs and targets (the decoder's job)."""
     spans, current = {}, None

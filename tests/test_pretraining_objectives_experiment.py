@@ -303,11 +303,75 @@ def test_t5_sources_are_as_long_as_the_downstream_inputs():
     # each source: [CLS], then the 34 words with 5 noise words replaced by 2 sentinels, none padding
     assert (sources[:, 0] == pt.CLS).all()
     assert ((sources >= pt.SENTINELS[0]).sum(1) == 2).all()
-    assert targets.shape == (pm.BATCH, 5 + 2)
+    # targets: <S0> span <S1> span, and <S2> when the source ends with words; the rest is ignored padding
+    assert targets.shape == (pm.BATCH, 5 + 2 + 1)
+    for source, target in zip(sources, targets):
+        closing = int(source[-1] < pt.SENTINELS[0])
+        assert (target[: 5 + 2 + closing] != pt.IGNORE).all() and (target[5 + 2 + closing:] == pt.IGNORE).all()
     seen = []  # the encoder's position table is looked up once per pass, for positions 0 .. T-1 of the source
     t5.t5.src_pos_emb.register_forward_hook(lambda module, args, out: seen.append(out.shape[-2]))
     t5.loss(torch.Generator().manual_seed(2))
     assert seen == [32]
+
+
+def test_t5_sources_hold_words_at_every_position_and_round_trip():
+    """Rolled masks: over 4,000 sources, every encoder position after [CLS] holds a word in some sources and a
+    sentinel in others; putting each target span back in place of its sentinel gives the 34 words back."""
+    generator = torch.Generator().manual_seed(3)
+    words = torch.randint(0, pt.N_WORDS, (4000, pm.T5_WORDS), generator=generator)
+    sources, targets = pm.t5_format(words, generator)
+    is_word = sources < pt.N_WORDS
+    assert is_word[:, 1:].any(0).all() and (~is_word[:, 1:]).any(0).all()
+    for source, target, original in zip(sources[:200], targets[:200], words[:200]):
+        spans, current = {}, None
+        for token in target[target != pt.IGNORE].tolist():
+            if token in pt.SENTINELS:
+                current = spans.setdefault(token, [])
+            else:
+                current.append(token)
+        rebuilt = [w for token in source[1:].tolist() for w in (spans[token] if token in pt.SENTINELS else [token])]
+        assert rebuilt == original.tolist()
+        assert all(len(spans[s]) > 0 for s in pt.SENTINELS[:2])  # two non-empty spans: no span cut by the roll
+
+
+def test_t5_zero_shot_reads_each_word_where_the_decoder_predicts_it():
+    """The scorer's log-probability of w_t equals a direct decode of its two-span source and target."""
+    torch.manual_seed(0)
+    t5 = pm.SpanCorruption(TINY_DATA)
+    t5.eval()
+    ids = pt.with_cls(torch.as_tensor(sample_windows(2, pt.WINDOW, seed=5)))
+    scores = t5.word_log_probs(ids)
+    assert scores.shape == (2, pt.WINDOW)
+    for t in (1, 16, 20, 31):
+        u = t + 15 if t + 15 <= pt.WINDOW else t - 15
+        first, second = sorted((t, u))
+        source = ids.clone()
+        source[:, first], source[:, second] = pt.SENTINELS[0], pt.SENTINELS[1]
+        target = torch.stack([torch.full((2,), pt.SENTINELS[0]), ids[:, first], torch.full((2,), pt.SENTINELS[1]),
+                              ids[:, second]], dim=1)
+        with torch.no_grad():
+            log_probs = torch.log_softmax(t5.t5(source, pm.shift_right(target, pt.CLS)), dim=-1)
+        position = 1 if t == first else 3
+        assert torch.allclose(scores[:, t - 1], log_probs[torch.arange(2), position, ids[:, t]], atol=1e-5)
+
+
+def test_nsp_pairs_are_32_tokens_like_the_downstream_inputs():
+    docs = [torch.as_tensor(sample_windows(1, 300, seed=s)[0]).numpy() for s in (11, 12, 13)]
+    pairs = po.pair_tensors(docs, seed=0)
+    ids, types = pairs["input_ids"], pairs["token_type_ids"]
+    assert ids.shape[1] == pt.WINDOW + 1 == 32
+    a, b = ids[:, 1:16], ids[:, 17:31]
+    assert (ids[:, 0] == pt.CLS).all() and (ids[:, 16] == pt.SEP).all() and (ids[:, 31] == pt.SEP).all()
+    assert (a < pt.N_WORDS).all() and (b < pt.N_WORDS).all()                       # A of 15 words, B of 14
+    assert (types[:, :17] == 0).all() and (types[:, 17:] == 1).all()
+    segments = [seg.tolist() for doc in po.segment_documents(docs) for seg in doc]
+    fronts = backs = 0
+    for row_a, row_b in zip(a.tolist(), b.tolist()):
+        assert row_a in segments
+        fronts += any(row_b == seg[1:] for seg in segments)   # B lost its first word
+        backs += any(row_b == seg[:-1] for seg in segments)   # or its last
+        assert any(row_b in (seg[1:], seg[:-1]) for seg in segments)
+    assert fronts > 0 and backs > 0
 
 
 def test_select_lrs_takes_the_lowest_mean_heldout_loss():
@@ -331,7 +395,7 @@ def test_the_learning_rates_are_the_sweeps_best(results):
     with (DATA / "pretraining_objectives_sweep.csv").open() as f:
         sweep = list(csv.DictReader(f))
     sweep_seeds = {r["seed"] for r in sweep}
-    assert sweep_seeds and not sweep_seeds & {str(s) for s in summary["seeds"]}  # seeds of its own
+    assert len(sweep_seeds) >= 3 and not sweep_seeds & {str(s) for s in summary["seeds"]}  # seeds of its own
     losses = {}
     for r in sweep:
         losses.setdefault((r["variant"], float(r["lr"])), {})[r["seed"]] = float(r["heldout_loss"])
@@ -345,3 +409,24 @@ def test_the_learning_rates_are_the_sweeps_best(results):
     for name, source in summary["sweep"]["lr_from"].items():
         assert summary["lr"][name] == summary["lr"][source]
     assert all(float(r["lr"]) == summary["lr"][r["variant"]] for r in runs)
+
+
+def test_t5_diagnostic_inputs_are_pretraining_sources_with_the_words_tags():
+    """The diagnostic's inputs in pretraining's format: each row is a T5 source of 32 tokens (two sentinels,
+    rolled masks), every kept word carries the tag a brute-force walk of the grammar gives it, sentinels none."""
+    td = pytest.importorskip("t5_diagnostics")
+    stream = GRAMMAR.encode(GRAMMAR.sample(3000, seed=21)).numpy()
+    ids, labels = td.pretraining_format_tagging(GRAMMAR, stream, 40, seed=5)
+    assert ids.shape == labels.shape == (40, pt.WINDOW + 1)
+    starts = np.random.default_rng(5).integers(0, len(stream) - pm.T5_WORDS, size=40)
+    generator = torch.Generator().manual_seed(5)   # the masks, redrawn in the same order
+    for row, start in enumerate(starts):
+        words = stream[start: start + pm.T5_WORDS]
+        tags = brute_force_emitters([GRAMMAR.vocab[w] for w in words])
+        is_sentinel = ids[row] >= pt.SENTINELS[0]
+        assert is_sentinel.sum() == 2 and (labels[row][is_sentinel] == pt.IGNORE).all()
+        kept = ids[row][1:][~is_sentinel[1:]].tolist()
+        positions = np.flatnonzero(~pm.t5_noise_mask(generator).numpy())
+        assert kept == words[positions].tolist() and len(kept) == pm.T5_WORDS - 5
+        expected = [tags[i] if tags[i] >= 0 else pt.IGNORE for i in positions]
+        assert labels[row][1:][~is_sentinel[1:]].tolist() == expected

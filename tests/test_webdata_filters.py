@@ -229,6 +229,77 @@ def test_decontamination_cuts_every_benchmark_13_gram_and_reports_the_spans(tmp_
         load_benchmark(tmp_path / "missing.jsonl")
 
 
+def _brute_words(text, rule):
+    """Words by the definitions, character by character: ``w+`` runs of word characters; GPT-3's
+    whitespace-delimited tokens with the punctuation characters deleted (empty ones dropped)."""
+    import unicodedata
+    out, current = [], ""
+    if rule == "w+":
+        for c in text.lower() + " ":
+            if c.isalnum() or c == "_":
+                current += c
+            elif current:
+                out, current = out + [current], ""
+        return out
+    for token in text.lower().split():
+        word = "".join(c for c in token if not unicodedata.category(c).startswith("P"))
+        out += [word] if word else []
+    return out
+
+
+TOY_BENCHMARK = ["The U.S. Senate's rules don't allow a filibuster on budget reconciliation bills, "
+                 "as the parliamentarian ruled in 2021.",
+                 "Which planet is hottest?",
+                 "Permission is hereby granted, free of charge, to any person obtaining a copy of this "
+                 "software and associated documentation files."]
+
+
+@pytest.mark.parametrize("rule", ["w+", "gpt3"])
+def test_benchmark_ngrams_follow_each_word_rule(rule):
+    from llmarch.webdata.decontaminate import benchmark_ngrams
+
+    expected = set()
+    for item in TOY_BENCHMARK:
+        words = _brute_words(item, rule)
+        expected |= {tuple(words[i:i + 13]) for i in range(len(words) - 12)}
+    assert benchmark_ngrams(TOY_BENCHMARK, words=rule) == expected
+    # the two rules disagree on "U.S." (u, s / us) and "don't" (don, t / dont): different 13-grams
+    other = benchmark_ngrams(TOY_BENCHMARK, words="gpt3" if rule == "w+" else "w+")
+    assert expected != other
+
+
+def test_short_items_are_matched_whole():
+    from llmarch.webdata.decontaminate import benchmark_ngrams, decontaminate
+
+    default, whole = benchmark_ngrams(TOY_BENCHMARK), benchmark_ngrams(TOY_BENCHMARK, short_items=True)
+    short = ("which", "planet", "is", "hottest")
+    assert short not in default and whole - default == {short}       # 4 words: no 13-gram, matched whole
+    page = "Filler text about astronomy. " * 15 + "Quiz: which planet is HOTTEST? Venus. " + "More filler. " * 20
+    assert decontaminate(page, default).ngrams == ()                 # never found without the option
+    result = decontaminate(page, whole)
+    start = page.index("which")
+    assert result.ngrams == (short,) and result.removed == ((start - 200, page.index("HOTTEST") + 7 + 200),)
+
+
+def test_ngrams_of_more_than_ten_training_documents_are_ignored():
+    from llmarch.webdata.decontaminate import benchmark_ngrams, decontaminate, drop_frequent_ngrams
+
+    ngrams = benchmark_ngrams(TOY_BENCHMARK)
+    licence = TOY_BENCHMARK[2]
+    senate = TOY_BENCHMARK[0]
+    documents = [f"Project {i}. {licence} The software is provided as is." for i in range(11)]
+    documents += [f"News {i}: {senate}" for i in range(3)]
+    kept = drop_frequent_ngrams(ngrams, documents)
+    # brute force: a gram is dropped iff more than 10 documents contain it as consecutive words
+    def in_doc(gram, doc):
+        words = _brute_words(doc, "w+")
+        return any(tuple(words[i:i + len(gram)]) == gram for i in range(len(words)))
+    assert kept == {g for g in ngrams if sum(in_doc(g, d) for d in documents) <= 10}
+    assert not any(in_doc(g, licence) for g in kept) and any(in_doc(g, senate) for g in kept)
+    assert decontaminate(documents[0], kept).ngrams == ()               # the licence no longer cuts a page
+    assert drop_frequent_ngrams(ngrams, documents, max_documents=11) == ngrams
+
+
 # -- URL filtering -------------------------------------------------------------------------------------------
 
 def test_url_filter_on_labelled_urls(tmp_path):

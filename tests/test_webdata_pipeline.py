@@ -144,12 +144,58 @@ def test_extraction_keeps_the_article_and_drops_the_boilerplate():
     for boilerplate in ("About us", "cookies", "All rights reserved"):
         assert boilerplate not in text
     assert decode_html("Größe".encode("latin-1"), "text/html; charset=ISO-8859-1") == "Größe"
-    assert decode_html("Größe".encode("utf-8"), "text/html") == "Größe"  # no charset: UTF-8
+    assert decode_html("Größe".encode("utf-8"), "text/html") == "Größe"  # no charset, valid UTF-8: UTF-8
     # an unknown label falls through to the detector
     russian = "Привет! Это тестовая страница на русском языке, в кодировке windows-1251."
     assert decode_html(russian.encode("cp1251"), "text/html; charset=no-such-codec") == russian
     with pytest.raises(ValueError):
         extract_text("not bytes")
+
+
+@pytest.mark.parametrize("label", ["x-sjis", "windows-31j", "Shift_JIS", "ms_kanji", "csShiftJIS"])
+def test_every_whatwg_label_of_shift_jis_decodes_the_page(label):
+    """A tiny stand-in for the crawled page whose <meta charset="x-sjis"> was unknown: the detector then read
+    it as another code page (464 U+FFFD on the real page; this one came out as Korean cp949)."""
+    from llmarch.webdata.decode import decode_payload
+
+    page = (f'<html><head><meta charset="{label}"><title>t</title></head><body><p>ﾃｽﾄﾍﾟｰｼﾞ ｶﾀｶﾅ</p>'
+            "<p>Copyright 2003 Example Inc.</p></body></html>")
+    text, codec, source = decode_payload(page.encode("cp932"))
+    assert (codec, source) == ("cp932", "meta") and text == page
+    text, codec, source = decode_payload(page.encode("cp932"), f"text/html; charset={label.upper()}")
+    assert (codec, source) == ("cp932", "http") and text == page
+
+
+def test_whatwg_labels_resolve_as_browsers_resolve_them():
+    from llmarch.webdata.decode import detect_charset
+
+    # label -> the Python codec of the WHATWG encoding (from the Encoding Standard's table, written out here)
+    expected = {"latin1": "cp1252", "ISO-8859-1": "cp1252", "us-ascii": "cp1252", "iso-8859-9": "cp1254",
+                "gb2312": "gb18030", "GBK": "gb18030", "x-gbk": "gb18030", "ks_c_5601-1987": "cp949",
+                "euc-kr": "cp949", "tis-620": "cp874", "koi8-u": "koi8-u", "x-mac-cyrillic": "mac-cyrillic",
+                "cp1251": "cp1251", "x-euc-jp": "euc_jp", " utf8 ": "utf-8"}
+    for label, codec in expected.items():
+        assert detect_charset(b"<p>x</p>", f"text/html; charset={label}") == (codec, "http"), label
+    # labels without a Python decoder are ignored: detection goes on to the <meta>
+    assert detect_charset(b'<meta charset="koi8-r">', "text/html; charset=iso-2022-kr") == ("koi8-r", "meta")
+
+
+def test_a_meta_inside_an_html_comment_is_ignored():
+    from llmarch.webdata.decode import detect_charset
+
+    russian = "Привет! Это тестовая страница на русском языке.".encode("cp1251")
+    commented = b'<html><head><!-- <meta charset="utf-8"> --><meta charset="windows-1251"></head><p>' + russian
+    assert detect_charset(commented) == ("cp1251", "meta")
+    assert detect_charset(b'<!--> <meta charset="koi8-r">') == ("koi8-r", "meta")    # "<!-->" closes at once
+    assert detect_charset(b'<!-- unclosed <meta charset="koi8-r">')[1] != "meta"
+    assert detect_charset(b'<meta charset="koi8-r"><!-- x -->') == ("koi8-r", "meta")
+
+
+def test_windows_1252_is_the_fallback_when_nothing_matches():
+    from llmarch.webdata.decode import decode_payload, detect_charset
+
+    assert detect_charset(b"<html><body>plain ASCII</body></html>") == ("cp1252", "default")
+    assert decode_payload(b"caf\xe9 cr\xe8me", "text/html; charset=no-such-label")[0] == "café crème"
 
 
 # -- The stages against the labels -----------------------------------------------------------------------------

@@ -16,7 +16,8 @@ from llmarch.data import get_batch
 from llmarch.layers import TransformerBlock
 from llmarch.model import (GPT, BertClassificationHead, BertConfig, BertForMaskedLM, EncoderDecoder,
                            EncoderDecoderConfig, GPTConfig, shift_right)
-from llmarch.objectives import electra_corrupt, mlm_loss, mlm_mask, t5_span_counts, t5_span_corruption
+from llmarch.objectives import (electra_corrupt, mlm_loss, mlm_mask, random_spans_noise_mask, span_corruption_from_mask,
+                               t5_span_counts)
 from pretraining_tasks import CLS, IGNORE, MASK, SENTINELS, SEP, VOCAB, WINDOW, accuracy, with_cls
 
 # Models: width 64, 2 layers, 4 heads (the encoder-decoder has 2 + 2 layers); ELECTRA's generator is narrower.
@@ -239,10 +240,29 @@ class NextSentence(MaskedLM):
         return accuracy(self.nsp_head(hidden), pairs["labels"])
 
 
+def t5_noise_mask(generator) -> torch.Tensor:
+    """A noise mask ``(T5_WORDS,)`` of T5's ``random_spans_noise_mask`` (15% noise, mean span 3), rolled by a
+    uniform offset (T5's ``random_roll``) so that every position holds words in some sources and noise in
+    others. An offset that would cut a noise span in two is redrawn, with the mask, so that every source keeps
+    ``num_spans`` spans and its length; the number of such offsets, ``num_noise - num_spans``, is the same for
+    every mask, so the redraw leaves the masks and the other offsets equally likely."""
+    while True:
+        mask = random_spans_noise_mask(T5_WORDS, 0.15, 3.0, generator, random_roll=True)
+        if not (mask[0] and mask[-1]):
+            return mask
+
+
+def t5_target_length() -> int:
+    """The longest target: the noise words, a sentinel per span, and a closing sentinel."""
+    num_noise, num_spans = t5_span_counts(T5_WORDS, 0.15, 3.0)
+    return num_noise + num_spans + 1
+
+
 class SpanCorruption(nn.Module):
-    """T5: span corruption (15% noise, mean span 3) of ``T5_WORDS`` = 34 words; the encoder reads ``[CLS] +
-    corrupted`` words (32 tokens, as long as the downstream inputs), the decoder predicts the
-    sentinel-delimited spans. 2 encoder + 2 decoder layers, pre-LN."""
+    """T5: span corruption (15% noise, mean span 3, rolled masks: :func:`t5_noise_mask`) of ``T5_WORDS`` = 34
+    words; the encoder reads ``[CLS] + corrupted`` words (32 tokens, as long as the downstream inputs), the
+    decoder predicts the sentinel-delimited spans (and a closing sentinel when the source ends with words;
+    the shorter targets are padded with ignored labels). 2 encoder + 2 decoder layers, pre-LN."""
 
     family = "encoder-decoder"
 
@@ -252,29 +272,48 @@ class SpanCorruption(nn.Module):
         self.t5 = encoder_decoder(n_decoder_layers=N_LAYERS)
 
     def sources_and_targets(self, generator, data: torch.Tensor | None = None):
-        """A batch: encoder inputs ``(BATCH, WINDOW + 1)`` and decoder targets ``(BATCH, 7)``."""
+        """A batch: encoder inputs ``(BATCH, WINDOW + 1)`` and decoder targets ``(BATCH, 8)`` (-100 = padding)."""
         words = get_batch(self.data if data is None else data, BATCH, T5_WORDS, generator)[0]
-        inputs, targets = t5_span_corruption(words, 0.15, 3.0, SENTINELS, generator)
-        return with_cls(inputs), targets
+        return t5_format(words, generator)
 
     def loss(self, generator, data: torch.Tensor | None = None):
         sources, targets = self.sources_and_targets(generator, data)
         logits = self.t5(sources, shift_right(targets, CLS))
-        return F.cross_entropy(logits.reshape(-1, VOCAB), targets.reshape(-1))
+        return F.cross_entropy(logits.reshape(-1, VOCAB), targets.reshape(-1), ignore_index=IGNORE)
 
     def backbone(self) -> nn.Module:
         return Backbone(self.t5, "encode")
 
     @torch.no_grad()
     def word_log_probs(self, ids: torch.Tensor) -> torch.Tensor:
-        """``log p(w_t | all other words)``: ``w_t`` alone is the noise span, target ``<S0> w_t``."""
-        decoder_in = torch.tensor([[CLS, SENTINELS[0]]]).expand(len(ids), 2)
+        """``log p(w_t | the other words)`` in pretraining's format: two one-word noise spans, ``w_t`` and the
+        word 15 positions away (``t + 15`` or ``t - 15``), become <S0> and <S1> from left to right, so the
+        source has 32 tokens and two sentinels as in pretraining; the target is ``<S0> x <S1> y`` (and <S2>
+        unless the second span is the last word), and ``w_t`` is read where the decoder predicts it."""
+        width = ids.shape[1] - 1
         out = []
-        for t in range(1, ids.shape[1]):
+        for t in range(1, width + 1):
+            u = t + 15 if t + 15 <= width else t - 15
+            first, second = min(t, u), max(t, u)
             source = ids.clone()
-            source[:, t] = SENTINELS[0]
-            out.append(torch.log_softmax(self.t5(source, decoder_in)[:, 1], dim=-1).gather(-1, ids[:, t, None])[:, 0])
+            source[:, first], source[:, second] = SENTINELS[0], SENTINELS[1]
+            decoder_in = torch.stack([torch.full_like(ids[:, 0], CLS), torch.full_like(ids[:, 0], SENTINELS[0]),
+                                      ids[:, first], torch.full_like(ids[:, 0], SENTINELS[1])], dim=1)
+            read = 1 if t == first else 3
+            log_probs = torch.log_softmax(self.t5(source, decoder_in)[:, read], dim=-1)
+            out.append(log_probs.gather(-1, ids[:, t, None])[:, 0])
         return torch.stack(out, dim=1)
+
+
+def t5_format(words: torch.Tensor, generator) -> tuple[torch.Tensor, torch.Tensor]:
+    """Span corruption of each row of ``words (B, T5_WORDS)`` with :func:`t5_noise_mask`: sources ``(B, 32)``
+    (``[CLS]`` first) and targets ``(B, t5_target_length())``, padded with -100."""
+    sources, targets = [], torch.full((len(words), t5_target_length()), IGNORE)
+    for row, w in enumerate(words):
+        source, target = span_corruption_from_mask(w, t5_noise_mask(generator), SENTINELS)
+        sources.append(source)
+        targets[row, : len(target)] = target
+    return with_cls(torch.stack(sources)), targets
 
 
 class Electra(nn.Module):

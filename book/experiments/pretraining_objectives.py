@@ -2,16 +2,18 @@
 
 Book: Pretraining objectives, "Experiments". Regenerate the files with ``make experiments`` (or
 ``nice .venv/bin/python book/experiments/pretraining_objectives.py --jobs 2``: two one-thread worker
-processes, about 45 CPU-minutes in all, the sweep 9 of them). Everything is seeded, and a rerun on the same
+processes, about 65 CPU-minutes in all, the sweep on three seeds 20 of them). Everything is seeded, and a rerun on the same
 machine and thread count reproduces the losses. Across machines the runs are not bit-reproducible
 (reductions run in another order), and a single run can end as far from its committed value as the spread
 between seeds (a rerun of one T5 seed elsewhere once ended 0.11 nats off). Compare means over seeds.
 
 Corpus and tasks: :mod:`pretraining_tasks`. Every encoder is pre-LN (``x + SubLayer(LN(x))``, a final LN);
 the post-LN BERT encoder of :mod:`llmarch.model` is kept as a control (``mlm_postln``). Width 64, 4 heads,
-2 layers (the encoder-decoder 2 + 2). Every model reads 32 tokens: ``[CLS]`` and 31 words, except T5's
-encoder, which reads ``[CLS]`` and 34 words after span corruption (34 - 5 noise words + 2 sentinels = 31),
-so that its sources are as long as the downstream inputs, as T5 chooses its raw lengths. ELECTRA's
+2 layers (the encoder-decoder 2 + 2). Every model reads 32 tokens: ``[CLS]`` and 31 words; T5's encoder
+reads ``[CLS]`` and 34 words after span corruption (34 - 5 noise words + 2 sentinels = 31), so that its
+sources are as long as the downstream inputs, as T5 chooses its raw lengths, with masks rolled so that every
+position holds words in some sources (``pretraining_models.t5_noise_mask``); the pair models read
+``[CLS] A(15) [SEP] B(14) [SEP]``. ELECTRA's
 generator (width 32) and discriminator share their embeddings (token, position, segment, and their
 LayerNorm; the generator projects them to its width), as in Clark et al. (2020).
 
@@ -77,18 +79,21 @@ DATA_DIR = Path(__file__).resolve().parent.parent / "data"
 
 TRAIN_DOCS, HELDOUT_DOCS = 3000, 1500
 TRAIN_SEED, HELDOUT_SEED, TASK_SEED = 0, 1, 2
-SEGMENT = 14             # NSP: [CLS] A(14) [SEP] B(14) [SEP] = 31 tokens
+SEGMENT = 15             # NSP: [CLS] A(15) [SEP] B(14) [SEP] = 32 tokens (B loses one word, BERT's truncation)
 # Pretraining: AdamW, warm-up and cosine decay; the compute budget is BUDGET_CLM_STEPS steps of the causal LM.
 WARMUP, BUDGET_CLM_STEPS = 50, 1500  # BATCH: pretraining_models
 CURVE_EVERY = 50         # learning curves: mean training loss over every 50 steps
 HELDOUT_BATCHES = 16     # held-out pretraining loss: 16 batches of 32 held-out examples (fixed sampling seed)
 MODEL_SEEDS = (0, 1, 2, 3, 4)
-# The learning-rate sweep: pretraining only, on a seed of its own. One seed, not two, to fit the sweep and the
-# five seeds of the comparison into about 50 CPU-minutes (``--sweep-seeds 100 101`` sweeps on two).
+# The learning-rate sweep: pretraining only, on three seeds of its own (one seed once picked a rate by a
+# difference far smaller than the spread between seeds).
 SWEEP_LRS = (1e-3, 3e-3, 1e-2)
-SWEEP_SEEDS = (100,)
+SWEEP_SEEDS = (100, 101, 102)
 SWEPT = ("clm", "mlm", "mlm_postln", "t5", "electra")
 LR_FROM = {"nsp": "mlm", "pairs": "mlm", "mlm_5": "mlm", "mlm_40": "mlm", "mlm_80": "mlm"}
+# A control at a fixed rate: the causal LM at the sweep's runner-up, 1e-3 (its mean held-out loss was within
+# 0.001 nats of 1e-2's), to show how much the downstream scores depend on that near-tie.
+FIXED_LR = {"clm_lr1e-3": 1e-3}
 MASK_RATES = (0.05, 0.15, 0.40, 0.80)
 ZERO_SHOT_TRAIN = 512    # training windows used to fit the zero-shot threshold
 
@@ -197,6 +202,7 @@ def make_objectives(data: torch.Tensor, pairs: dict) -> dict:
     """Every pretrained variant, by name: (objective factory, what it is)."""
     variants = {
         "clm": (lambda: CausalLM(data), "causal LM (GPT)"),
+        "clm_lr1e-3": (lambda: CausalLM(data), "causal LM at lr 1e-3 (control)"),
         "mlm": (lambda: MaskedLM(data, 0.15), "MLM 15% (BERT, pre-LN)"),
         "mlm_postln": (lambda: MaskedLM(data, 0.15, post_ln=True), "MLM 15% on BERT's post-LN encoder (control)"),
         "t5": (lambda: SpanCorruption(data), "span corruption (T5, encoder-decoder)"),
@@ -215,6 +221,7 @@ EXPERIMENTS = {
     "mask_rate": ["mlm_5", "mlm", "mlm_40", "mlm_80"],
     "nsp": ["nsp", "pairs", "mlm"],
     "electra": ["mlm", "electra"],
+    "lr_control": ["clm", "clm_lr1e-3"],
 }
 ZERO_SHOT = ("clm", "mlm", "t5", "electra")
 RANDOM_INIT = {"random_decoder": "clm", "random_encoder": "mlm", "random_encoder-decoder": "t5"}
@@ -226,9 +233,20 @@ def segment_documents(docs: list[np.ndarray]) -> list[list[np.ndarray]]:
 
 
 def pair_tensors(docs: list[np.ndarray], seed: int) -> dict:
-    examples = nsp_pairs(segment_documents(docs), CLS, SEP, torch.Generator().manual_seed(seed))
-    return {"input_ids": torch.stack([e.input_ids for e in examples]),
-            "token_type_ids": torch.stack([e.token_type_ids for e in examples]),
+    """NSP pairs of consecutive ``SEGMENT``-word segments (:func:`llmarch.objectives.nsp_pairs`), cut to
+    ``WINDOW + 1`` = 32 tokens as BERT's ``truncate_seq_pair`` does: the longer segment (B when they are equal)
+    loses one word, at its front or its back with probability 1/2. ``[CLS] A(15) [SEP] B(14) [SEP]``."""
+    generator = torch.Generator().manual_seed(seed)
+    examples = nsp_pairs(segment_documents(docs), CLS, SEP, generator)
+    ids = torch.stack([e.input_ids for e in examples])          # [CLS] A(15) [SEP] B(15) [SEP]
+    first_b = SEGMENT + 2
+    drop = torch.where(torch.rand(len(ids), generator=generator) < 0.5, first_b, first_b + SEGMENT - 1)
+    keep = torch.ones_like(ids, dtype=torch.bool)
+    keep[torch.arange(len(ids)), drop] = False
+    ids = ids[keep].reshape(len(ids), -1)
+    types = torch.cat([torch.zeros(len(ids), first_b, dtype=torch.long),
+                       torch.ones(len(ids), ids.shape[1] - first_b, dtype=torch.long)], dim=1)
+    return {"input_ids": ids, "token_type_ids": types,
             "labels": torch.tensor([e.next_sentence_label for e in examples])}
 
 
@@ -244,7 +262,7 @@ def evaluate_downstream(objective: nn.Module, tasks: dict, seed: int) -> list[tu
 def select_lrs(sweep_rows: list[dict]) -> dict[str, float]:
     """Each swept objective's learning rate: the one of ``SWEEP_LRS`` with the lowest held-out pretraining loss,
     averaged over the sweep's seeds (a diverged run, NaN, counts as infinite); the variants of ``LR_FROM`` take
-    their source's rate. ``sweep_rows``: the rows of ``pretraining_objectives_sweep.csv``, which must hold every
+    their source's rate, those of ``FIXED_LR`` their fixed rate. ``sweep_rows``: the rows of ``pretraining_objectives_sweep.csv``, which must hold every
     rate of every objective of ``SWEPT`` for the same seeds."""
     losses, seeds = defaultdict(list), defaultdict(set)
     for row in sweep_rows:
@@ -256,7 +274,7 @@ def select_lrs(sweep_rows: list[dict]) -> dict[str, float]:
             raise ValueError(f"the sweep does not hold {name!r} at every lr of {SWEEP_LRS} for the same seeds "
                              f"({ {lr: sorted(seeds[name, lr]) for lr in SWEEP_LRS} }): run the sweep phase first")
         chosen[name] = min(SWEEP_LRS, key=lambda lr: np.nan_to_num(np.mean(losses[name, lr]), nan=np.inf))
-    return {**chosen, **{name: chosen[source] for name, source in LR_FROM.items()}}
+    return {**chosen, **{name: chosen[source] for name, source in LR_FROM.items()}, **FIXED_LR}
 
 
 def chosen_lrs(out_dir: Path = DATA_DIR) -> dict[str, float]:
@@ -409,7 +427,7 @@ def write_summary(out_dir: Path, files: dict[str, list[dict]], random_cpu: dict,
         "zero_shot": list(ZERO_SHOT),
         "lr": lrs,
         "sweep": {"lrs": list(SWEEP_LRS), "seeds": sorted({int(r["seed"]) for r in files["sweep"]}),
-                  "swept": list(SWEPT), "lr_from": LR_FROM,
+                  "swept": list(SWEPT), "lr_from": LR_FROM, "fixed": FIXED_LR,
                   "selection": "lowest mean held-out pretraining loss over the sweep seeds (ELECTRA: the total "
                                "loss L_MLM + 50 L_RTD)"},
         "steps": ctx["steps"], "flops_per_step": ctx["flops"], "budget_flops": ctx["budget"],

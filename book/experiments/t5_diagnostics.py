@@ -13,9 +13,9 @@ seed as the control, and measures:
    nothing.
 2. **Layer-wise probes**: the tagging probe of the chapter (logistic regression, per word) on the encoder's
    states after the embedding, after each block, and after the final norm (the features used downstream).
-3. **Inputs with sentinels**: the same probe when two single words of every tagging window are replaced by
-   the sentinels <S0>, <S1>, as in pretraining (those two words are not scored; the alignment of the others is
-   unchanged).
+3. **Inputs in pretraining's format**: the same probe on windows of ``T5_WORDS`` held-out words corrupted
+   exactly as in pretraining (:func:`pretraining_models.t5_noise_mask`: two noise spans of five words in all
+   become <S0>, <S1>; 32 tokens with [CLS]); the kept words carry their tags, the sentinels are not scored.
 
 Writes ``book/data/pretraining_objectives_t5_diagnostics.csv``: variant (t5, random_encoder-decoder), seed,
 measure, layer, value.
@@ -31,12 +31,11 @@ import torch.nn.functional as F
 
 from llmarch.data import default_grammar
 from llmarch.model import shift_right
-from llmarch.objectives import t5_span_corruption
-from pretraining_models import T5_WORDS, CausalLM, SpanCorruption
+from pretraining_models import T5_WORDS, CausalLM, SpanCorruption, t5_format, t5_noise_mask
 from pretraining_objectives import (BUDGET_CLM_STEPS, DATA_DIR, HELDOUT_DOCS, HELDOUT_SEED, MODEL_SEEDS, TASK_SEED,
                                     TRAIN_DOCS, TRAIN_SEED, chosen_lrs, flops_per_step, pretrain)
-from pretraining_tasks import (CLS, IGNORE, SENTINELS, VOCAB, WINDOW, accuracy, build_tasks, fit_logistic_regression,
-                               sample_corpus)
+from pretraining_tasks import (CLS, SENTINELS, IGNORE, N_TEST, TAG_TRAIN, VOCAB, accuracy, build_tasks, emitting_states,
+                               fit_logistic_regression, sample_corpus)
 from tiny_gpt import write_csv
 
 N_SPAN_EVAL = 2048    # held-out windows for the span loss
@@ -59,39 +58,48 @@ def encoder_states(t5, ids: torch.Tensor) -> list[torch.Tensor]:
 @torch.no_grad()
 def span_losses(t5, windows: torch.Tensor, seed: int) -> dict[str, float]:
     """Held-out span-corruption loss (nats per target token) with the encoder's memory and with zeros."""
-    inputs, targets = t5_span_corruption(windows, 0.15, 3.0, SENTINELS, torch.Generator().manual_seed(seed))
-    source = torch.cat([torch.full((len(inputs), 1), CLS), inputs], dim=1)
+    source, targets = t5_format(windows, torch.Generator().manual_seed(seed))
     memory = t5.encode(source)
     decoder_in = shift_right(targets, CLS)
     out = {}
     for name, mem in (("memory", memory), ("zeroed_memory", torch.zeros_like(memory))):
         logits = t5.decode(decoder_in, mem)
-        out[name] = F.cross_entropy(logits.reshape(-1, VOCAB), targets.reshape(-1)).item()
+        out[name] = F.cross_entropy(logits.reshape(-1, VOCAB), targets.reshape(-1), ignore_index=IGNORE).item()
     return out
 
 
-def with_sentinels(ids: torch.Tensor, labels: torch.Tensor, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Two random words of each window (positions 1..31, never adjacent) replaced by <S0>, <S1>; their labels
-    dropped."""
+def pretraining_format_tagging(grammar, stream: np.ndarray, n: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """``n`` windows of ``T5_WORDS`` words of ``stream`` (random starts), tagged as the tagging task tags them
+    (:func:`pretraining_tasks.emitting_states`) and corrupted as in pretraining (:func:`t5_noise_mask`): ids
+    ``(n, 32)`` with [CLS] first and labels ``(n, 32)``, -100 on [CLS], the sentinels and undetermined words."""
+    rng = np.random.default_rng(seed)
+    starts = rng.integers(0, len(stream) - T5_WORDS, size=n)
+    windows = stream[starts[:, None] + np.arange(T5_WORDS)]
+    states = emitting_states(grammar, windows)
     generator = torch.Generator().manual_seed(seed)
-    ids, labels = ids.clone(), labels.clone()
-    for row in range(len(ids)):
-        first = int(torch.randint(1, WINDOW - 1, (1,), generator=generator))
-        second = int(torch.randint(first + 2, WINDOW + 2, (1,), generator=generator)) % (WINDOW + 1)
-        second = second if second > first + 1 else first + 2
-        for sentinel, t in zip(SENTINELS[:2], sorted((first, second))):
-            ids[row, t], labels[row, t] = sentinel, IGNORE
-    return ids, labels
+    ids, labels = [], []
+    for words, tags in zip(windows, states):
+        mask = t5_noise_mask(generator).numpy()
+        starts_span = mask & ~np.concatenate([[False], mask[:-1]])
+        sentinel = np.cumsum(starts_span) - 1   # index of the span a noise word belongs to
+        row, row_labels = [CLS], [IGNORE]
+        for t in range(T5_WORDS):
+            if starts_span[t]:
+                row.append(SENTINELS[sentinel[t]])
+                row_labels.append(IGNORE)
+            elif not mask[t]:
+                row.append(int(words[t]))
+                row_labels.append(int(tags[t]) if tags[t] >= 0 else IGNORE)
+        ids.append(row)
+        labels.append(row_labels)
+    return torch.tensor(ids), torch.tensor(labels)
 
 
-def diagnose(name: str, t5, seed: int, tagging: dict, span_windows: torch.Tensor) -> list[tuple]:
+def diagnose(name: str, t5, seed: int, tagging: dict, in_format: dict, span_windows: torch.Tensor) -> list[tuple]:
     rows = [(name, seed, measure, "", f"{value:.4f}")
             for measure, value in span_losses(t5, span_windows, seed).items()]
-    train_ids, train_y = tagging["train_ids"], tagging["train_labels"]
-    test_ids, test_y = tagging["test_ids"], tagging["test_labels"]
-    inputs = {"probe": (train_ids, train_y, test_ids, test_y),
-              "probe_with_sentinels": (*with_sentinels(train_ids, train_y, seed),
-                                       *with_sentinels(test_ids, test_y, seed + 1))}
+    inputs = {"probe": (tagging["train_ids"], tagging["train_labels"], tagging["test_ids"], tagging["test_labels"]),
+              "probe_pretraining_format": (*in_format["train"], *in_format["test"])}
     for measure, (a_ids, a_y, b_ids, b_y) in inputs.items():
         train_states, test_states = encoder_states(t5, a_ids), encoder_states(t5, b_ids)
         layers = ["embedding", *(f"block {i + 1}" for i in range(len(train_states) - 2)), "final norm"]
@@ -114,6 +122,8 @@ def main() -> None:
     heldout = np.concatenate(heldout_docs)
     tagging = build_tasks(grammar, heldout, np.random.default_rng(TASK_SEED))["tagging"]
     span_windows = torch.as_tensor(heldout[: N_SPAN_EVAL * T5_WORDS].reshape(N_SPAN_EVAL, T5_WORDS))
+    in_format = {"train": pretraining_format_tagging(grammar, heldout, TAG_TRAIN, TASK_SEED),
+                 "test": pretraining_format_tagging(grammar, heldout, N_TEST, TASK_SEED + 1)}
     lr = chosen_lrs()["t5"]
     torch.manual_seed(0)
     steps = round(BUDGET_CLM_STEPS * flops_per_step(CausalLM(data)) / flops_per_step(SpanCorruption(data)))
@@ -122,11 +132,11 @@ def main() -> None:
         torch.manual_seed(seed)
         random_t5 = SpanCorruption(data)
         random_t5.eval()
-        rows += diagnose("random_encoder-decoder", random_t5.t5, seed, tagging, span_windows)
+        rows += diagnose("random_encoder-decoder", random_t5.t5, seed, tagging, in_format, span_windows)
         torch.manual_seed(seed)
         objective = SpanCorruption(data)
         result = pretrain(objective, steps, lr, seed)
-        rows += diagnose("t5", objective.t5, seed, tagging, span_windows)
+        rows += diagnose("t5", objective.t5, seed, tagging, in_format, span_windows)
         print(f"seed {seed}: {steps} steps, final loss {result['final_loss']:.4f}, "
               f"{time.process_time() - start:.0f} CPU-s", flush=True)
     write_csv(DATA_DIR / "pretraining_objectives_t5_diagnostics.csv",

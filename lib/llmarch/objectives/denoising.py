@@ -151,12 +151,14 @@ def _random_segmentation(num_items: int, num_segments: int, generator) -> torch.
 
 
 def random_spans_noise_mask(length: int, noise_density: float = 0.15, mean_span_length: float = 3.0,
-                            generator: torch.Generator | None = None) -> torch.Tensor:
+                            generator: torch.Generator | None = None, random_roll: bool = False) -> torch.Tensor:
     """T5's noise mask, a bool tensor ``(length,)`` (True = noise): :func:`t5_span_counts` fixes ``num_noise`` and
     ``num_spans``; the noise tokens and the ``length - num_noise`` other tokens are each split into ``num_spans``
     non-empty spans uniformly at random, and the spans alternate, **beginning with a non-noise span** (so the mask
-    always ends with noise), as T5's ``random_spans_noise_mask`` builds it (without its optional random roll).
-    Book: Pretraining objectives, "Span corruption in T5"."""
+    always ends with noise), as T5's ``random_spans_noise_mask`` builds it. With ``random_roll=True`` the mask is
+    then rotated right by an offset drawn uniformly from ``0 .. length - 1`` (``torch.roll``), as T5's code does
+    with its option ``random_roll``: every position can then be noise or not, and an offset that falls inside a
+    noise span cuts it in two (one span at each end). Book: Pretraining objectives, "Span corruption in T5"."""
     num_noise, num_spans = t5_span_counts(length, noise_density, mean_span_length)
     if num_spans > length - num_noise:
         raise ValueError(f"length {length} leaves {length - num_noise} non-noise tokens for {num_spans} non-noise "
@@ -166,7 +168,10 @@ def random_spans_noise_mask(length: int, noise_density: float = 0.15, mean_span_
     other_lengths = _random_segmentation(length - num_noise, num_spans, generator)
     interleaved = torch.stack([other_lengths, noise_lengths], dim=1).flatten()
     is_noise = torch.tensor([False, True]).repeat(num_spans)
-    return torch.repeat_interleave(is_noise, interleaved)
+    mask = torch.repeat_interleave(is_noise, interleaved)
+    if random_roll:
+        mask = torch.roll(mask, int(torch.randint(length, (1,), generator=generator)))
+    return mask
 
 
 def span_corruption_from_mask(ids: torch.Tensor, noise_mask: torch.Tensor,
@@ -213,19 +218,25 @@ def span_corruption_from_mask(ids: torch.Tensor, noise_mask: torch.Tensor,
 
 def t5_span_corruption(ids: torch.Tensor, noise_density: float = 0.15, mean_span_length: float = 3.0,
                        sentinel_ids: Sequence[int] | None = None,
-                       generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+                       generator: torch.Generator | None = None,
+                       random_roll: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
     """T5's pretraining objective (Raffel et al., 2020): draw :func:`random_spans_noise_mask` and format with
     :func:`span_corruption_from_mask`. ``ids (T,)`` -> ``inputs (T - num_noise + num_spans,)`` and ``targets
     (num_noise + num_spans,)``; ``ids (B, T)`` -> one mask per row, stacked (the lengths depend only on ``T``).
     ``sentinel_ids`` (required; at least ``num_spans`` ids): ``sentinel_ids[0]`` is ``<extra_id_0>``, which T5's
-    vocabulary puts at the top of the id range. Book: Pretraining objectives, "Span corruption in T5"."""
+    vocabulary puts at the top of the id range. With ``random_roll=True`` the masks are rolled
+    (:func:`random_spans_noise_mask`), so a row may hold one more span and a closing sentinel: only one
+    sequence ``(T,)`` is accepted then. Book: Pretraining objectives, "Span corruption in T5"."""
     _check_ids("ids", ids)
     if ids.dim() > 2:
         raise ValueError(f"ids has shape {shape_str(ids.shape)} but must be (T,) or (B, T)")
     if sentinel_ids is None:
         raise ValueError("sentinel_ids is required: the ids of <extra_id_0>, <extra_id_1>, ... in this order")
+    if random_roll and ids.dim() == 2:
+        raise ValueError("random_roll=True gives rows of different lengths: pass one sequence (T,) at a time")
     rows = [span_corruption_from_mask(row, random_spans_noise_mask(ids.shape[-1], noise_density, mean_span_length,
-                                                                   generator).to(ids.device), sentinel_ids)
+                                                                   generator, random_roll).to(ids.device),
+                                      sentinel_ids)
             for row in ids.reshape(-1, ids.shape[-1])]
     if ids.dim() == 1:
         return rows[0]

@@ -8,16 +8,22 @@ Book: Pretraining data, "From a crawl to text".
 1. a byte-order mark (UTF-8, UTF-16 LE/BE) wins over everything, as in browsers;
 2. the ``charset`` of the HTTP ``Content-Type``;
 3. a ``<meta charset=...>`` or ``<meta http-equiv="Content-Type" content="...; charset=...">`` in the first
-   1024 bytes (a declared UTF-16 there means UTF-8: the bytes were readable as ASCII);
+   1024 bytes, outside HTML comments (the prescan skips ``<!-- ... -->``, so a commented-out declaration
+   does not count; a declared UTF-16 there means UTF-8: the bytes were readable as ASCII);
 4. a detector: the payload if it is valid UTF-8 with at least one non-ASCII byte, otherwise
    ``charset-normalizer``'s best guess for a payload with non-ASCII bytes (UTF-16 and UTF-32 only when
    the payload has NUL bytes; a tie between its best guesses goes to windows-1252, the default of
    browsers in most locales: short Western texts fit several single-byte code pages equally well);
-5. UTF-8 (pure ASCII is then decoded identically by every candidate).
+5. windows-1252, the default of browsers in most locales (pure ASCII decodes identically in it and UTF-8).
 
-Labels are mapped as the WHATWG Encoding Standard maps them where Python's codecs differ: ``iso-8859-1``,
-``latin1`` and ``ascii`` mean windows-1252; ``gb2312`` and ``gbk`` mean GB18030's superset; ``shift_jis``
-means Microsoft's cp932; ``euc-kr`` means cp949. Undecodable bytes become U+FFFD.
+Labels are resolved with the WHATWG Encoding Standard's label table (the ``webencodings`` package): every
+label browsers accept, case-insensitive, e.g. ``x-sjis`` and ``windows-31j`` mean Shift_JIS, ``latin1``,
+``iso-8859-1`` and ``ascii`` mean windows-1252. Each encoding is decoded with the Python codec closest to
+the WHATWG decoder: Shift_JIS with Microsoft's cp932, EUC-KR with cp949, GBK with GB18030 (its superset).
+Two WHATWG encodings have no Python codec and their labels are ignored (detection goes on): ``replacement``
+(labels such as ``iso-2022-kr``, kept out of the web on purpose) and ``x-user-defined``. Undecodable bytes
+become U+FFFD (Python's cp1252 leaves 0x81, 0x8D, 0x8F, 0x90 and 0x9D undefined, which browsers map to C1
+controls).
 
 :func:`html_to_text` calls ``trafilatura.extract`` without comments and tables, and without trafilatura's
 own (stateful, cross-document) deduplication: deduplication is a later stage of the pipeline, and each page
@@ -30,6 +36,7 @@ import codecs
 import re
 
 import trafilatura
+import webencodings
 
 __all__ = ["CHARSET_SOURCES", "is_html", "detect_charset", "decode_payload", "decode_html", "html_to_text",
            "extract_text"]
@@ -40,8 +47,7 @@ CHARSET_SOURCES = ("bom", "http", "meta", "detector", "default")
 _CHARSET = re.compile(r"charset\s*=\s*[\"']?([\w.:-]+)", re.IGNORECASE)
 _META = re.compile(rb"<meta\s[^>]*?charset\s*=\s*[\"']?\s*([\w.:-]+)", re.IGNORECASE)
 _BOMS = ((codecs.BOM_UTF8, "utf-8"), (codecs.BOM_UTF16_LE, "utf-16-le"), (codecs.BOM_UTF16_BE, "utf-16-be"))
-_WHATWG = {"latin1": "cp1252", "iso8859-1": "cp1252", "ascii": "cp1252", "gb2312": "gb18030", "gbk": "gb18030",
-           "shift_jis": "cp932", "euc_kr": "cp949", "iso8859-9": "cp1254", "tis-620": "cp874"}
+_PYTHON_CODEC = {"gbk": "gb18030", "replacement": None, "x-user-defined": None}
 _PRESCAN_BYTES = 1024
 
 
@@ -55,14 +61,29 @@ def is_html(content_type: str) -> bool:
 
 
 def _codec(label: str | None) -> str | None:
-    """Python's codec for a charset label, mapped as browsers map it; ``None`` when unknown."""
+    """Python's codec for a charset label, resolved by the WHATWG label table; ``None`` when unknown."""
     if not label:
         return None
-    try:
-        name = codecs.lookup(label.strip().strip("\"'")).name
-    except LookupError:
+    encoding = webencodings.lookup(label.strip().strip("\"'"))
+    if encoding is None:
         return None
-    return _WHATWG.get(name, name)
+    if encoding.name in _PYTHON_CODEC:
+        return _PYTHON_CODEC[encoding.name]
+    return codecs.lookup(encoding.codec_info.name).name
+
+
+def _without_comments(head: bytes) -> bytes:
+    """``head`` with its HTML comments removed as the WHATWG prescan skips them: from ``<!--`` to the first
+    ``-->`` after the ``<!`` (so ``<!-->`` is a whole comment); an unclosed comment runs to the end."""
+    out, position = [], 0
+    while (start := head.find(b"<!--", position)) >= 0:
+        out.append(head[position:start])
+        end = head.find(b"-->", start + 2)
+        if end < 0:
+            return b"".join(out)
+        position = end + 3
+    out.append(head[position:])
+    return b"".join(out)
 
 
 def detect_charset(payload: bytes, content_type: str = "") -> tuple[str, str]:
@@ -83,7 +104,7 @@ def detect_charset(payload: bytes, content_type: str = "") -> tuple[str, str]:
     codec = _codec(match.group(1)) if match else None
     if codec:
         return codec, "http"
-    match = _META.search(payload[:_PRESCAN_BYTES])
+    match = _META.search(_without_comments(payload[:_PRESCAN_BYTES]))
     codec = _codec(match.group(1).decode("ascii", "replace")) if match else None
     if codec:
         return ("utf-8" if codec.startswith("utf-16") else codec), "meta"
@@ -103,7 +124,7 @@ def detect_charset(payload: bytes, content_type: str = "") -> tuple[str, str]:
                 if any("cp1252" in g.could_be_from_charset for g in tied):
                     return "cp1252", "detector"
                 return guesses[0][1], "detector"
-    return "utf-8", "default"
+    return "cp1252", "default"
 
 
 def decode_payload(payload: bytes, content_type: str = "") -> tuple[str, str, str]:
