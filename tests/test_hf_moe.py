@@ -9,39 +9,17 @@ into float64 casts (``_hf_in_float64``), so the oracle is transformers' code wit
 
 from __future__ import annotations
 
-import contextlib
-
 import pytest
 import torch
 
 transformers = pytest.importorskip("transformers", reason="transformers is the test oracle (pip install -e '.[test]')")
 
+from test_hf_equivalence import TOL, VOCAB, _hf_in_float64  # noqa: E402  (the shared float64 harness)
+
 from llmarch.decoding import generate  # noqa: E402
 from llmarch.mla import MultiHeadLatentAttention  # noqa: E402
 from llmarch.model import config_from_hf, load_hf_state_dict  # noqa: E402
 from llmarch.moe import MoEFeedForward  # noqa: E402
-
-TOL = {torch.float32: 1e-5, torch.float64: 1e-10}
-VOCAB = 61
-
-
-@contextlib.contextmanager
-def _hf_in_float64(dtype):
-    """transformers' explicit float32 casts (``torch.float32``, ``Tensor.float()``) become float64 casts."""
-    if dtype != torch.float64:
-        yield
-        return
-    saved = torch.float32, torch.float, torch.get_default_dtype(), torch.Tensor.float
-    torch.float32 = torch.float = torch.float64
-    torch.Tensor.float = lambda self, **kwargs: self.to(torch.float64, **kwargs)
-    torch.set_default_dtype(torch.float64)
-    try:
-        yield
-    finally:
-        torch.float32, torch.float = saved[:2]
-        torch.set_default_dtype(saved[2])
-        torch.Tensor.float = saved[3]
-
 
 def _mixtral(**kw):
     base = dict(vocab_size=VOCAB, hidden_size=32, intermediate_size=24, num_hidden_layers=2, num_attention_heads=4,
