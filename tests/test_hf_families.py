@@ -272,3 +272,14 @@ def test_published_configs_build_models_of_transformers_size(name):
     assert count_parameters(ours) == sum(p.numel() for p in theirs.parameters())
     if name == "gemma-2-2b":
         assert count_parameters(ours) == 2_614_341_888  # the model card's count
+
+
+def test_a_setting_spelled_twice_is_read_once_and_must_agree():
+    """transformers 5 writes Phi-4-mini's ``partial_rotary_factor`` both at the top of config.json and inside
+    ``rope_parameters``: the model loads with half of each head rotated, and two different values are refused."""
+    config = transformers.Phi3Config(**{**SMALL, "partial_rotary_factor": 0.5}).to_dict()
+    assert config.get("partial_rotary_factor") == 0.5
+    assert config_from_hf(config).rotary_fraction == 0.5
+    config["rope_parameters"] = {**config["rope_parameters"], "partial_rotary_factor": 0.25}
+    with pytest.raises(ValueError, match="partial_rotary_factor two different values"):
+        config_from_hf(config)

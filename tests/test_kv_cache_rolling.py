@@ -223,3 +223,23 @@ def test_a_model_with_full_layers_keeps_every_key():
     assert m.new_kv_cache().window is None
     with pytest.raises(ValueError, match="full-attention layers"):
         m(prompt, kv_cache=KVCache(2, window=W))
+
+
+@pytest.mark.parametrize("pos_encoding", ["alibi", "t5", "kerple"])
+def test_bias_encodings_with_sinks_keep_every_key(pos_encoding):
+    """ALiBi, T5 and KERPLE add a bias that takes the held keys as consecutive positions, which a rolling cache's
+    sinks are not: the model's cache keeps every key, cached decoding equals the recompute past the window, and a
+    rolling cache is refused by name (without sinks the held keys are consecutive, and the cache rolls)."""
+    torch.manual_seed(0)
+    config = GPTConfig(vocab_size=50, context_length=64, d_model=32, n_layers=2, n_heads=4, pos_encoding=pos_encoding,
+                       sliding_window=3, attention_sinks=1)
+    m = GPT(config).double().eval()
+    prompt = ids(2, 2, seed=5)
+    assert m.new_kv_cache().window is None
+    assert torch.equal(generate(m, prompt, 5 * 3, greedy=True), generate(m, prompt, 5 * 3, greedy=True, use_cache=False))
+    with pytest.raises(ValueError, match="consecutive positions"):
+        m(prompt, kv_cache=KVCache(2, window=3, sinks=1))
+    no_sinks = GPT(dataclasses.replace(config, attention_sinks=0)).double().eval()
+    assert no_sinks.new_kv_cache().window == 3
+    assert torch.equal(generate(no_sinks, prompt, 5 * 3, greedy=True),
+                       generate(no_sinks, prompt, 5 * 3, greedy=True, use_cache=False))

@@ -274,7 +274,17 @@ def test_parameter_counts_with_shared_experts_match_the_module():
     (dict(n_experts=6, n_group=4), "groups"),
     (dict(n_experts=8, n_group=2, topk_group=1), "sigmoid_bias"),
     (dict(n_experts=4, capacity_factor=0.0), "capacity_factor"),
+    (dict(n_experts=4, d_expert=0), "d_expert"),
+    (dict(n_experts=4, balance_coef=-1.0), "balance_coef"),
+    (dict(n_experts=4, top_k=2.0), "top_k must be an int"),
+    (dict(n_experts=4.5), "n_experts must be an int"),
 ])
 def test_bad_configs_are_named(fields, message):
-    with pytest.raises(ValueError, match=message):
+    with pytest.raises((ValueError, TypeError), match=message):
         MoEConfig(**fields)
+
+
+def test_a_model_whose_dense_layers_leave_no_expert_layer_is_refused():
+    from llmarch.model import GPTConfig
+    with pytest.raises(ValueError, match="first_dense_layers=5 leaves no mixture-of-experts layer"):
+        GPTConfig(vocab_size=10, n_layers=2, moe=MoEConfig(n_experts=4, first_dense_layers=5))

@@ -110,13 +110,14 @@ def test_offsets_and_errors_equal_tiktoken(oracles, name):
     for text in TEXTS["scripts"]:
         ids = ref.encode(text)
         assert enc.decode_with_offsets(ids) == ref.decode_with_offsets(ids)
-    unknown = ref.n_vocab + 5
-    for call in ("decode", "decode_bytes", "decode_single_token_bytes", "decode_tokens_bytes"):
-        arg = unknown if call == "decode_single_token_bytes" else [15, unknown]
-        with pytest.raises(KeyError):
-            getattr(ref, call)(arg)
-        with pytest.raises(KeyError):
-            getattr(enc, call)(arg)
+    # an id no token has: KeyError; one that is not an unsigned 32-bit integer: OverflowError (tiktoken's Rust)
+    for unknown, error in ((ref.n_vocab + 5, KeyError), (-1, OverflowError), (2**32 + 1, OverflowError)):
+        for call in ("decode", "decode_bytes", "decode_single_token_bytes", "decode_tokens_bytes"):
+            arg = unknown if call == "decode_single_token_bytes" else [15, unknown]
+            with pytest.raises(error):
+                getattr(ref, call)(arg)
+            with pytest.raises(error):
+                getattr(enc, call)(arg)
     for not_a_token in ("hello world and more", b"\xff\xfe\xfd", "<|not special|>"):
         with pytest.raises(KeyError):
             ref.encode_single_token(not_a_token)

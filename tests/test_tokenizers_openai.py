@@ -287,6 +287,7 @@ ADVERSARIAL = (
     "x   y\t\tz\n\n\n}\r\n\r\n  \n \t \n" "a \n  \n     \nb \r\n    \r\n" "x\n    \ny"
     "we'll I'M they'RE it’s 'll'" "1234567 ８９０ ½²" "日本語の文🙂👨‍👩‍👧 e\u0301\u0302"
     " <|endoftext|> <|endof <|fim_prefix|><|endofprompt|>|> <|" "caféCamelCASE  \u00a0\u3000x"
+    "x  <|endoftext|>a \t<|endoftext|>\n\n<|endoftext|>"  # whitespace before a special token
     " pair \ud83d\ude00 lone \ud83d end  \t\n"
 )
 

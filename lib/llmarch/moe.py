@@ -81,6 +81,14 @@ class MoEConfig:
     first_dense_layers: int = 0
 
     def __post_init__(self):
+        for name in ("n_experts", "top_k", "n_shared_experts", "n_group", "topk_group", "first_dense_layers"):
+            if not isinstance(getattr(self, name), int) or isinstance(getattr(self, name), bool):
+                raise TypeError(f"MoEConfig.{name} must be an int, got {getattr(self, name)!r}")
+        if self.d_expert is not None and (not isinstance(self.d_expert, int) or self.d_expert < 1):
+            raise ValueError(f"MoEConfig.d_expert must be None or a positive int, got {self.d_expert!r}")
+        for name in ("balance_coef", "z_coef", "bias_update_rate"):
+            if not getattr(self, name) >= 0:
+                raise ValueError(f"MoEConfig.{name} must be >= 0 (a weight or a step size), got {getattr(self, name)}")
         if self.router not in ROUTERS:
             raise ValueError(f"MoEConfig.router must be one of {ROUTERS}, got {self.router!r}")
         if self.n_experts < 1 or not 1 <= self.top_k <= self.n_experts:

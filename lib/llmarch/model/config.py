@@ -122,6 +122,9 @@ class GPTConfig:
         check_attn_backend("GPTConfig", self.attn_backend)
         self.moe = MoEConfig(**self.moe) if isinstance(self.moe, dict) else self.moe
         self.mla = MLAConfig(**self.mla) if isinstance(self.mla, dict) else self.mla
+        if self.moe is not None and self.moe.first_dense_layers >= self.n_layers:
+            raise ValueError(f"GPTConfig.moe.first_dense_layers={self.moe.first_dense_layers} leaves no mixture-of-"
+                             f"experts layer among n_layers={self.n_layers}")
         if self.mla is not None and self.pos_encoding != "rope":
             raise ValueError(f"GPTConfig.mla needs pos_encoding='rope' (MLA's decoupled RoPE), "
                              f"got {self.pos_encoding!r}")

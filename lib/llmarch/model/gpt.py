@@ -120,9 +120,8 @@ class GPT(nn.Module):
             raise ValueError(f"the cache keeps a window of {kv_cache.window} keys with {kv_cache.sinks} sinks but the "
                              f"model has sliding_window={self.config.sliding_window}, attention_sinks="
                              f"{self.config.attention_sinks}: use model.new_kv_cache()")
-        if kv_cache is not None and kv_cache.window is not None and "full" in self.layer_types:
-            raise ValueError("a rolling cache drops keys that this model's full-attention layers need: use "
-                             "model.new_kv_cache(), which keeps every key")
+        if kv_cache is not None and kv_cache.window is not None and self._rolling_cache_problem():
+            raise ValueError(f"{self._rolling_cache_problem()}: use model.new_kv_cache(), which keeps every key")
         positions = torch.arange(past, past + t, device=idx.device)
         h = self.tok_emb(idx)
         if self.config.scale_embeddings:  # the factor rounded to the embedding dtype, as Gemma's code does
@@ -158,10 +157,20 @@ class GPT(nn.Module):
     def new_kv_cache(self) -> KVCache:
         """An empty cache for this model: rolling (at most ``sliding_window`` keys per layer, the first
         ``attention_sinks`` tokens kept) when every layer is a sliding one, else one that keeps every key (a
-        model with full layers, like Gemma's, needs them all; its sliding layers mask the rest)."""
-        rolling = all(kind == "sliding" for kind in self.layer_types)
+        model with full layers, like Gemma's, needs them all; its sliding layers mask the rest). ALiBi, T5 and
+        KERPLE biases with sinks also keep every key: their bias assumes consecutive key positions."""
+        rolling = self._rolling_cache_problem() is None
         return KVCache(len(self.blocks), window=self.config.sliding_window if rolling else None,
                        sinks=self.config.attention_sinks if rolling else 0)
+
+    def _rolling_cache_problem(self) -> str | None:
+        """Why a rolling cache would give other logits than the full one for this model (``None``: it would not)."""
+        if "full" in self.layer_types:
+            return "a rolling cache drops keys that this model's full-attention layers need"
+        if self.config.attention_sinks and self.config.pos_encoding in ("alibi", "t5", "kerple"):
+            return (f"{self.config.pos_encoding}'s bias takes the held keys as consecutive positions, which the "
+                    f"sinks of a rolling cache are not")
+        return None
 
     def forward(self, idx: torch.Tensor, kv_cache: KVCache | None = None) -> torch.Tensor:
         """``idx (B, T)`` long token ids -> logits ``(B, T, vocab_size)`` (see :meth:`features`)."""

@@ -84,6 +84,15 @@ def _activation(keys: _Keys, key: str, default: str) -> str:
     return _ACTIVATIONS[name]
 
 
+def _one_value(name: str, *values):
+    """The value of a setting that a config may spell in several places (``None`` where absent); ``ValueError``
+    when two of them differ."""
+    given = [v for v in values if v is not None]
+    if any(v != given[0] for v in given):
+        raise ValueError(f"the checkpoint config gives {name} two different values: {given}")
+    return given[0] if given else None
+
+
 def _rope_options(keys: _Keys, default_fraction: float = 1.0, params: dict | None = None) -> dict:
     """RoPE settings in either form: transformers 5's ``rope_parameters`` dict (or ``params``, one layer type's
     entry of it), or the older top-level ``rope_theta`` (GPT-NeoX: ``rotary_emb_base``), ``partial_rotary_factor``
@@ -92,9 +101,11 @@ def _rope_options(keys: _Keys, default_fraction: float = 1.0, params: dict | Non
     legacy = keys.get("rope_scaling")
     if legacy:
         params = {**dict(legacy), **params}
-    base = params.pop("rope_theta", None) or keys.get("rope_theta") or keys.get("rotary_emb_base") or 10000.0
-    fraction = (params.pop("partial_rotary_factor", None) or keys.get("partial_rotary_factor")
-                or keys.get("rotary_pct") or default_fraction)
+    # every spelling is read (so none is reported unused), and two spellings of one setting must agree
+    base = _one_value("rope_theta", params.pop("rope_theta", None), keys.get("rope_theta"),
+                      keys.get("rotary_emb_base")) or 10000.0
+    fraction = _one_value("partial_rotary_factor", params.pop("partial_rotary_factor", None),
+                          keys.get("partial_rotary_factor"), keys.get("rotary_pct")) or default_fraction
     scaling = params if params.get("rope_type", params.get("type", "default")) != "default" else None
     if scaling is not None and params.get("rope_type", params.get("type")) in ("yarn", "llama3"):
         # transformers' default: the original context is max_position_embeddings

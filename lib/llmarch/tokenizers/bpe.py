@@ -519,11 +519,14 @@ class BPETokenizer:
             parts = self._split_special(_replace_lone_surrogates(text), allowed)
             tail = parts.pop()[0] if parts and not parts[-1][1] else ""
             ids = self._encode_parts(parts)
-            limit = min(len(tail) - 3, len(tail.rstrip()))
+            # hold back a trailing prefix of a special token, and before it (the end of the text if the prefix
+            # becomes that token) the last 3 characters and any whitespace run, which later text can re-split
+            stem = tail
             for cut in range(min(longest_prefix, len(tail)), 0, -1):
                 if tail[-cut:] in prefixes:
-                    limit = min(limit, len(tail) - cut)
+                    stem = tail[:-cut]
                     break
+            limit = min(len(stem) - 3, len(stem.rstrip()))
             pieces = self._pretokenize(tail)
             final, end = len(pieces), len(tail)
             while final and end > limit:

@@ -30,6 +30,16 @@ from .openai import ENCODING_NAMES, encoding_spec
 _WHITE_SPACE = regex.compile(r"\s")  # Unicode White_Space: the same 25 characters as tiktoken's engine
 
 
+class _TokenBytes(dict):
+    """``{id: bytes}`` whose misses raise as tiktoken's Rust decoder does: ``OverflowError`` for an id that is not
+    an unsigned 32-bit integer, ``KeyError`` for one that no token has."""
+
+    def __missing__(self, token):
+        if isinstance(token, int) and not 0 <= token < 2**32:
+            raise OverflowError(f"token id {token} does not fit an unsigned 32-bit integer")
+        raise KeyError(token)
+
+
 class Encoding:
     """A tiktoken ``Encoding``: ``Encoding(name, pat_str=..., mergeable_ranks=..., special_tokens=...)``.
 
@@ -56,7 +66,7 @@ class Encoding:
             raise ValueError(f"explicit_n_vocab={explicit_n_vocab}, but there are {len(mergeable_ranks)} + "
                              f"{len(special_tokens)} tokens and the largest id is {self.max_token_value}")
         self._bpe = BPETokenizer.from_tiktoken(mergeable_ranks, pat_str, special_tokens)
-        self._decoder = self._bpe.vocab  # {id: bytes}, special tokens included
+        self._decoder = _TokenBytes(self._bpe.vocab)  # {id: bytes}, special tokens included
         self._special_token_values = set(special_tokens.values())
         self.special_tokens_set = set(special_tokens)
         self._sorted_tokens: list[bytes] | None = None  # built by the first encode_with_unstable
