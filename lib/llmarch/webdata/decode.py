@@ -116,7 +116,8 @@ def detect_charset(payload: bytes, content_type: str = "") -> tuple[str, str]:
             from charset_normalizer import from_bytes
 
             nul = b"\x00" in payload  # UTF-16/32 without a BOM: HTML in them is full of NUL bytes
-            guesses = [(g, _codec(g.encoding)) for g in from_bytes(payload)]
+            # the detector names Python codecs (cp932, ...), not WHATWG labels: Python resolves them
+            guesses = [(g, codecs.lookup(g.encoding).name) for g in from_bytes(payload)]
             guesses = [(g, c) for g, c in guesses if c and (nul or not c.startswith(("utf-16", "utf-32")))]
             if guesses:
                 best = guesses[0][0]
