@@ -1639,9 +1639,15 @@ def test_a_template_filled_with_its_right_parts_is_a_correct_answer(assignment, 
     assert _visible_failures(assignment, ns, _test_cells(assignment)) == {}
 
 
+# Graded functions that a read-only cell of the notebook provides (ps10's process launchers): their wrong
+# variants replace the student's function that they run on every rank.
+HARNESS_CALLS = {"ddp_gradients": "average_gradients", "zero1_training": "zero1_step"}
+
+
 def test_every_assignment_and_graded_function_has_wrong_variants():
     for assignment, variants in VARIANTS.items():
-        functions = {check.function for check in assignments.load(assignment).CHECKS.values()} - {"fitted_losses"}
+        functions = {HARNESS_CALLS.get(check.function, check.function)
+                     for check in assignments.load(assignment).CHECKS.values()} - {"fitted_losses"}
         assert functions <= {v.cell for v in variants}, (assignment, functions - {v.cell for v in variants})
         names = [v.name for v in variants]
         assert len(names) == len(set(names)), assignment
