@@ -130,6 +130,30 @@ def test_offsets_and_errors_equal_tiktoken(oracles, name):
         enc.decode_with_offsets(broken)
 
 
+def _outcome(call):
+    try:
+        result = call()
+    except Exception as err:  # the exception's type is what must agree
+        return type(err)
+    return result.tolist() if hasattr(result, "tolist") else result
+
+
+@pytest.mark.parametrize("text", ["a\ud800b", "\ud83d\ude00 x", "x\udfff"])
+def test_surrogates_are_repaired_or_refused_as_in_tiktoken(oracles, text):
+    """A lone surrogate or a surrogate pair: ``encode``/``encode_ordinary`` (and their batches) repair it,
+    the methods tiktoken hands straight to Rust (``encode_to_numpy``, ``encode_with_unstable``,
+    ``encode_single_token``) raise ``UnicodeEncodeError``."""
+    enc, ref = ours.get_encoding("cl100k_base"), oracles["cl100k_base"]
+    for method in ("encode", "encode_ordinary", "encode_to_numpy", "encode_with_unstable", "encode_single_token",
+                   "encode_batch", "encode_ordinary_batch"):
+        arg = [text, "ok"] if method.endswith("batch") else text
+        expected = _outcome(lambda: getattr(ref, method)(arg))
+        got = _outcome(lambda: getattr(enc, method)(arg))
+        if method == "encode_with_unstable" and expected is not UnicodeEncodeError:
+            expected, got = (expected[0], sorted(expected[1])), (got[0], sorted(got[1]))
+        assert got == expected, method
+
+
 def test_model_names_map_as_in_tiktoken():
     models = [*tiktoken_model.MODEL_TO_ENCODING, *(p + "x-2025" for p in tiktoken_model.MODEL_PREFIX_TO_ENCODING),
               "gpt-4o-mini", "ft:gpt-4o-mini:org", "ft:gpt-4:org", "gpt-5.1-codex", "gpt-oss-20b"]

@@ -97,10 +97,12 @@ class Encoding:
         return [self.encode_ordinary(t) for t in text]
 
     def encode_to_numpy(self, text: str, *, allowed_special=frozenset(), disallowed_special="all"):
-        """:meth:`encode` as a ``numpy`` array of ``uint32``."""
+        """:meth:`encode` as a ``numpy`` array of ``uint32``. Unlike :meth:`encode`, and as in tiktoken (whose
+        Rust side receives the text as UTF-8), a surrogate code point raises ``UnicodeEncodeError``."""
         import numpy as np
 
         ids = self.encode(text, allowed_special=allowed_special, disallowed_special=disallowed_special)
+        text.encode("utf-8")
         return np.array(ids, dtype=np.uint32)
 
     def encode_single_token(self, text_or_bytes: str | bytes) -> int:
@@ -123,14 +125,16 @@ class Encoding:
         each cut ``u = p + s``, ``p`` followed by a token that starts with ``s`` (encoded, and cut after the
         token that reaches the length of ``u``); and, when ``u`` ends with a white-space character, ``u``
         merged as two pieces, before and from that character (a pattern may split there). Each
-        ``decode_bytes(stable + completion)`` starts with the bytes of ``text``.
+        ``decode_bytes(stable + completion)`` starts with the bytes of ``text``. A surrogate code point raises
+        ``UnicodeEncodeError``, as in tiktoken.
         """
         bpe = self._bpe
         allowed, disallowed = bpe._special_sets(allowed_special, disallowed_special)
         bpe._raise_if_disallowed(disallowed, text)
+        text.encode("utf-8")
         ids: list[int] = []
         last = 0  # how many of the ids come from the last pre-token (0: a special token ends the text)
-        for part, is_special in bpe._split_special(_replace_lone_surrogates(text), allowed):
+        for part, is_special in bpe._split_special(text, allowed):
             if is_special:
                 ids.append(bpe.special_tokens[part])
                 last = 0
