@@ -305,23 +305,14 @@ def test_a_template_filled_with_its_right_parts_is_a_correct_answer(cell, fill, 
     assert base._visible_failures(PS10, ns, base._test_cells(PS10)) == {}
 
 
-# The release's read-only launchers that the checks call, and the answer each one runs on every rank.
-LAUNCHED = {"ddp_gradients": "average_gradients", "zero1_training": "zero1_step"}
-
-
 def test_every_graded_function_has_wrong_variants():
-    functions = {LAUNCHED.get(check.function, check.function) for check in assignments.load(PS10).CHECKS.values()}
+    functions = {base.HARNESS_CALLS.get(check.function, check.function) for check in assignments.load(PS10).CHECKS.values()}
     assert functions <= {v.cell for v in VARIANTS}, functions - {v.cell for v in VARIANTS}
 
 
 @pytest.mark.parametrize("v", VARIANTS, ids=IDS)
 def test_a_wrong_variant_loses_exactly_its_cells_under_every_seed(v, harness):
-    assert v.loses and v.loses <= set(harness.module.CHECKS), v.loses
-    ns = base._namespace(PS10, v)
-    for seed in base.SEEDS:
-        lost, expected = harness.lost(ns, seed), v.loses & set(harness.graded(seed))
-        assert lost == expected, (f"--seed {seed}: loses {sorted(lost)}; expected exactly {sorted(expected)} "
-                                  f"(missing {sorted(expected - lost)}, extra {sorted(lost - expected)})")
+    base.assert_loses_exactly(harness, base._namespace(PS10, v), v)
 
 
 @pytest.mark.parametrize("v", VARIANTS, ids=IDS)
