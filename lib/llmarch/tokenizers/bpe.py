@@ -14,7 +14,6 @@ training, the merge of one pre-token) are in :mod:`~llmarch.tokenizers.merging`.
 from __future__ import annotations
 
 import heapq
-import random
 import re
 from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping
@@ -32,7 +31,7 @@ from ._common import (
     _type_name,
     _write_json_lines,
 )
-from .merging import _merge_by_rank_scan, _PairIndex, merge_by_rank_heap, merge_bytes_by_rank
+from .merging import _merge_by_rank_scan, _PairIndex, merge_by_rank_heap, merge_bytes_by_rank, merge_with_dropout
 from .pretokenize import GPT2_SPLIT_PATTERN, compile_split_pattern, split_pieces
 from .vocab_files import read_gpt2_files, read_tiktoken_ranks
 
@@ -414,22 +413,6 @@ class BPETokenizer:
             return tuple(merge_by_rank_heap(ids, self._ranks))
         return tuple(_merge_by_rank_scan(ids, self._ranks))
 
-    def _merge_pretoken_dropout(self, ids: list[int], dropout: float, rng: random.Random) -> list[int]:
-        # Provilkov et al. (2020), as in their reference code: at every step the candidate merges are tried in
-        # priority order (rank, then position) and each is skipped with probability `dropout`; the first one
-        # kept is applied. When every candidate is skipped, the segmentation is final.
-        ranks = self._ranks
-        while len(ids) >= 2:
-            candidates = sorted(
-                (ranks[pair], pos) for pos, pair in enumerate(zip(ids, ids[1:])) if pair in ranks
-            )
-            chosen = next((c for c in candidates if rng.random() >= dropout), None)
-            if chosen is None:
-                break
-            new_id, pos = chosen
-            ids = ids[:pos] + [new_id] + ids[pos + 2 :]
-        return ids
-
     def _encode_ordinary(self, text: str) -> list[int]:
         """Ids of text without special tokens."""
         return self._encode_pretokens(self._pretokenize(text))
@@ -472,7 +455,7 @@ class BPETokenizer:
             else:
                 byte_ids = self.byte_ids
                 for piece in self._pretokenize(chunk):
-                    ids += self._merge_pretoken_dropout([byte_ids[b] for b in piece.encode("utf-8")], dropout, rng)
+                    ids += merge_with_dropout([byte_ids[b] for b in piece.encode("utf-8")], self._ranks, dropout, rng)
         return ids
 
     def encode_iterable(self, chunks: Iterable[str], allowed_special=(), disallowed_special="all",

@@ -8,6 +8,7 @@ Book: Tokenizers, "Training fast" and "Real vocabularies".
 from __future__ import annotations
 
 import heapq
+import random
 from collections import defaultdict
 from collections.abc import Mapping
 
@@ -221,4 +222,24 @@ def _merge_bytes_heap(data: bytes, ranks: Mapping[bytes, int]) -> list[int]:
     while i < n:
         ids.append(ranks[data[i:end[i]]])
         i = end[i]
+    return ids
+
+
+def merge_with_dropout(ids: list[int], ranks: Mapping[tuple[int, int], int], dropout: float,
+                       rng: random.Random) -> list[int]:
+    """One pre-token's ids merged with BPE-dropout (Provilkov et al., 2020), as in their reference code.
+
+    Book: Tokenizers, "BPE-dropout".
+
+    At every step the candidate merges (``ranks``: ``{(a, b): new id}``, a smaller id merged first) are tried in
+    priority order, by rank then position, and each is skipped with probability ``dropout``; the first one
+    kept is applied. When every candidate is skipped, the segmentation is final.
+    """
+    while len(ids) >= 2:
+        candidates = sorted((ranks[pair], pos) for pos, pair in enumerate(zip(ids, ids[1:])) if pair in ranks)
+        chosen = next((c for c in candidates if rng.random() >= dropout), None)
+        if chosen is None:
+            break
+        new_id, pos = chosen
+        ids = ids[:pos] + [new_id] + ids[pos + 2:]
     return ids
