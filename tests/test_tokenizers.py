@@ -851,9 +851,9 @@ def test_unigram_whitespace_and_unknown_characters(unigram):
     pieces = unigram.tokenize("the cat")
     assert "".join(pieces) == "\u2581the\u2581cat"
     assert all(p.startswith("\u2581") for p in [pieces[0]])
-    ids = unigram.encode("the 🙂 cat")
-    assert ids.count(0) == 1  # the unseen emoji is <unk>
-    assert unigram.decode(ids) == "the \u2047 cat"
+    ids = unigram.encode("the 🙂🙂 cat")
+    assert ids.count(0) == 1  # the unseen emoji, twice: one <unk> for the run, as SentencePiece
+    assert unigram.decode(ids) == "the  \u2047  cat"  # SentencePiece's surface of <unk> is " ⁇ "
     assert unigram.encode("") == []
 
 

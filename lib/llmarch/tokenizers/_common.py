@@ -26,6 +26,12 @@ def _check_int(name: str, value, minimum: int | None = None) -> int:
     return value
 
 
+def _check_bool(name: str, value) -> bool:
+    if not isinstance(value, bool):
+        raise TypeError(f"{name} must be True or False, got {_type_name(value)}")
+    return value
+
+
 def _check_str(name: str, value, non_empty: bool = False) -> str:
     if not isinstance(value, str):
         raise TypeError(f"{name} must be a str, got {_type_name(value)}")

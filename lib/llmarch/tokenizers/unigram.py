@@ -4,19 +4,21 @@ Book: Tokenizers, "Unigram".
 
 A space is the meta symbol ``▁`` (U+2581) and every text gets one ``▁`` in front, so ``"a b" -> ▁a ▁b``;
 id 0 is ``<unk>``; piece scores are natural-log probabilities. Training runs forward-backward and Viterbi on
-NumPy arrays, one batch of similar-length words at a time.
+NumPy arrays (:mod:`llmarch.tokenizers.unigram_lattice`); encoding and decoding are SentencePiece's, exactly
+(:mod:`llmarch.tokenizers.sentencepiece_compat`).
 """
 
 from __future__ import annotations
 
 import math
 import sys
-from collections import Counter, defaultdict
+from collections import Counter
 from collections.abc import Mapping
 
 import numpy as np
 
 from ._common import (
+    _check_bool,
     _check_ids,
     _check_int,
     _check_str,
@@ -26,10 +28,21 @@ from ._common import (
     _type_name,
     _write_json_lines,
 )
+from .unigram_lattice import _best_splits, _build_lattices, _drop_rows, _forward_backward
+from .sentencepiece_compat import (
+    CONTROL,
+    SPACE_SYMBOL,
+    UNK_PENALTY,
+    UNK_SURFACE,
+    UNKNOWN,
+    best_path_ids,
+    check_supported,
+    float32,
+    normalise,
+    read_model_file,
+)
 
-_SPACE_SYMBOL = "\u2581"  # ▁, SentencePiece's meta symbol for a space
 _MIN_LOG_PROB = math.log(sys.float_info.min)  # about -708: the floor for a character EM would round to 0
-_UNK_SURFACE = "\u2047"  # ⁇, what an <unk> id decodes to (SentencePiece does the same)
 
 
 def _logsumexp(values: list[float]) -> float:
@@ -41,142 +54,18 @@ def _logsumexp(values: list[float]) -> float:
     return m + math.log(sum(math.exp(v - m) for v in values))
 
 
+def _words(s: str) -> list[str]:
+    """A normalised text cut before every ``▁``: ``"▁a▁▁b" -> ["▁a", "▁", "▁b"]``."""
+    starts = sorted({0, *(i for i, ch in enumerate(s) if ch == SPACE_SYMBOL)}) if s else []
+    return [s[a:b] for a, b in zip(starts, starts[1:] + [len(s)])]
+
+
 def _sentencepiece_words(text: str) -> list[str]:
     """Spaces become ``▁``, one ``▁`` goes in front, a new word starts at every ``▁``.
 
     ``"a  b" -> ["▁a", "▁", "▁b"]``
     """
-    if not text:
-        return []
-    s = _SPACE_SYMBOL + text.replace(" ", _SPACE_SYMBOL)
-    starts = [i for i, ch in enumerate(s) if ch == _SPACE_SYMBOL]
-    return [s[a:b] for a, b in zip(starts, starts[1:] + [len(s)])]
-
-
-def _build_lattices(counts: dict[str, int], piece_index: dict[str, int], max_len: int) -> list:
-    """Every word's segmentation lattice as arrays, words of similar length batched together.
-
-    A batch is ``(ids, lengths, weights, words)``: ``ids[b, e - 1, l - 1]`` is the index of the piece
-    ``word_b[e - l : e]`` (the edge of length ``l`` that ends at position ``e``) or -1 if it is not a piece;
-    words are padded to the batch length ``N`` with -1; ``weights`` are the word counts.
-    """
-    batches: dict[int, list[tuple[str, int]]] = defaultdict(list)
-    for word, c in counts.items():
-        n = len(word)
-        batches[n if n <= 16 else 1 << (n - 1).bit_length()].append((word, c))
-    out = []
-    for size, group in sorted(batches.items()):
-        k = min(max_len, size)
-        flat: list[int] = []
-        for word, _ in group:
-            n = len(word)
-            for e in range(1, size + 1):
-                if e > n:
-                    flat.extend([-1] * k)
-                else:
-                    flat.extend(piece_index.get(word[e - l : e], -1) if l <= e else -1 for l in range(1, k + 1))
-        ids = np.array(flat, dtype=np.int32).reshape(len(group), size, k)
-        lengths = np.array([len(w) for w, _ in group], dtype=np.int64)
-        weights = np.array([c for _, c in group], dtype=np.float64)
-        out.append((ids, lengths, weights, [w for w, _ in group]))
-    return out
-
-
-def _logsumexp_rows(x: np.ndarray) -> np.ndarray:
-    m = x.max(axis=1)
-    shift = np.where(np.isfinite(m), m, 0.0)
-    with np.errstate(divide="ignore"):
-        return shift + np.log(np.exp(x - shift[:, None]).sum(axis=1))
-
-
-def _forward_backward(lattices: list, log_probs: np.ndarray) -> tuple[np.ndarray, float]:
-    """Expected piece counts and the corpus log-likelihood, all words of a batch at once.
-
-    ``alpha[e] = logsumexp_l(alpha[e - l] + log p(word[e-l:e]))`` from ``alpha[0] = 0``;
-    ``beta[s] = logsumexp_l(log p(word[s:s+l]) + beta[s + l])`` from ``beta[n] = 0``; ``log P(word) = alpha[n]``;
-    the edge ``word[s:e]`` is used ``exp(alpha[s] + log p + beta[e] - log P(word))`` times in expectation.
-    """
-    expected = np.zeros(len(log_probs))
-    total = 0.0
-    for ids, lengths, weights, words in lattices:
-        batch, size, k = ids.shape
-        rows = np.arange(batch)
-        lp = np.where(ids >= 0, log_probs[np.maximum(ids, 0)], -np.inf)
-        alpha = np.full((batch, size + 1), -np.inf)
-        alpha[:, 0] = 0.0
-        for e in range(1, size + 1):
-            m = min(k, e)
-            alpha[:, e] = _logsumexp_rows(alpha[:, e - m : e][:, ::-1] + lp[:, e - 1, :m])
-        log_z = alpha[rows, lengths]
-        if not np.all(np.isfinite(log_z)):
-            word = words[int(np.argmin(np.isfinite(log_z)))]
-            raise ValueError(f"{word!r} cannot be segmented with the current pieces")
-        beta = np.full((batch, size + 1), -np.inf)
-        beta[rows, lengths] = 0.0
-        for s in range(size - 1, -1, -1):
-            m = min(k, size - s)
-            steps = np.arange(m)
-            inner = _logsumexp_rows(lp[:, s + steps, steps] + beta[:, s + 1 : s + 1 + m])
-            beta[:, s] = np.where(lengths == s, 0.0, inner)
-        ends = np.arange(1, size + 1)[:, None]
-        starts = np.maximum(ends - np.arange(1, k + 1)[None, :], 0)
-        with np.errstate(invalid="ignore"):
-            log_post = alpha[:, starts] + lp + beta[:, ends] - log_z[:, None, None]
-        used = ids >= 0
-        post = np.exp(log_post[used]) * np.broadcast_to(weights[:, None, None], ids.shape)[used]
-        expected += np.bincount(ids[used], weights=post, minlength=len(log_probs))
-        total += float(weights @ log_z)
-    return expected, total
-
-
-def _best_splits(lattices: list, log_probs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """For every word of ``lattices`` (in pruning: the pieces themselves), the best segmentation that is *not*
-    the whole word: Viterbi (``max`` where :func:`_forward_backward` has ``logsumexp``), a batch at a time.
-
-    Returns ``(whole, split)``: ``whole[r]`` is the index of the row's whole word as a piece (-1 if it is not
-    one); ``split[r]`` the piece indices of its best split, padded with -1. Ties go to the longest final piece,
-    as in :meth:`UnigramTokenizer.viterbi`.
-    """
-    wholes, splits = [], []
-    width = max((ids.shape[2] for ids, *_ in lattices), default=1)
-    for ids, lengths, _, _ in lattices:
-        batch, size, k = ids.shape
-        rows = np.arange(batch)
-        wholes.append(ids[rows, lengths - 1, lengths - 1])
-        lp = np.where(ids >= 0, log_probs[np.maximum(ids, 0)], -np.inf)
-        lp[rows, lengths - 1, lengths - 1] = -np.inf  # forbid the edge that is the whole word
-        best = np.full((batch, size + 1), -np.inf)
-        best[:, 0] = 0.0
-        last = np.zeros((batch, size + 1), dtype=np.int64)  # length of the last piece of the best path
-        for e in range(1, size + 1):
-            m = min(k, e)
-            cand = (best[:, e - m : e][:, ::-1] + lp[:, e - 1, :m])[:, ::-1]  # column j: last piece of length m - j
-            j = cand.argmax(axis=1)
-            best[:, e] = cand[rows, j]
-            last[:, e] = m - j
-        split = np.full((batch, width), -1, dtype=np.int64)  # filled from the end, then left-aligned
-        pos = lengths.copy()
-        for t in range(width):
-            active = np.nonzero(pos > 0)[0]
-            if not len(active):
-                break
-            length = last[active, pos[active]]
-            split[active, t] = ids[active, pos[active] - 1, length - 1]
-            pos[active] -= length
-        splits.append(split)  # pieces in reverse order; the order does not matter for the loss
-    if not wholes:
-        return np.zeros(0, dtype=np.int64), np.zeros((0, width), dtype=np.int64)
-    return np.concatenate(wholes), np.concatenate(splits)
-
-
-def _drop_rows(lattices: list) -> list:
-    """Keep the rows whose whole word is (still) a piece."""
-    out = []
-    for ids, lengths, weights, words in lattices:
-        keep = ids[np.arange(len(lengths)), lengths - 1, lengths - 1] >= 0
-        if keep.any():
-            out.append((ids[keep], lengths[keep], weights[keep], [w for w, k in zip(words, keep.tolist()) if k]))
-    return out
+    return _words(normalise(text))
 
 
 class UnigramTokenizer:
@@ -186,20 +75,29 @@ class UnigramTokenizer:
 
     A word is a sequence of pieces ``x = (x_1, ..., x_n)`` with probability ``P(x) = prod_i p(x_i)``; a string
     ``X`` has many segmentations ``S(X)``, its likelihood is ``P(X) = sum_{x in S(X)} P(x)``. ``pieces`` maps
-    each piece to ``log p`` (natural log); ids: 0 is ``unk_token``, then the pieces in the order of
-    ``pieces`` (training sorts them by probability, most probable first). Text is handled as SentencePiece
-    does (module docstring): spaces become ``▁`` and every text starts with one, so
-    ``decode(encode(text)) == text`` whenever every character of ``text`` is a piece. A character that is not
-    a piece is encoded as the ``unk_token`` id (one per character) and decodes to ``⁇``. Only the space is
-    replaced (no other normalisation); a ``▁`` already in the input decodes as a space.
+    each piece to ``log p`` (natural log); ids: 0 is ``unk_token``, then the ``control_tokens`` (never
+    matched in text, decoded to nothing: SentencePiece's ``<s>``, ``</s>``), then the pieces in the order of
+    ``pieces`` (training sorts them by probability, most probable first). Text is handled as SentencePiece's
+    ``identity`` normaliser does (:func:`~llmarch.tokenizers.sentencepiece_compat.normalise`): spaces become
+    ``▁`` and every text starts with one (``add_dummy_prefix``), so ``decode(encode(text)) == text`` whenever
+    every character of ``text`` is a piece; ``remove_extra_whitespaces`` (SentencePiece's default, off here)
+    first strips and collapses spaces. A run of characters that are not pieces is one ``unk_token`` id, which
+    decodes to ``" ⁇ "``. :meth:`encode` gives SentencePiece's ids exactly (float32 scores, its tie rule);
+    :meth:`from_sentencepiece` loads a SentencePiece ``.model`` file.
 
     >>> tok = UnigramTokenizer.from_pieces({"a": -1.0, "b": -2.0, "ab": -2.5})
     >>> tok.viterbi("abab")
     (['ab', 'ab'], -5.0)
     """
 
-    def __init__(self, pieces: Mapping[str, float] | None = None, unk_token: str = "<unk>"):
+    def __init__(self, pieces: Mapping[str, float] | None = None, unk_token: str = "<unk>", *,
+                 control_tokens=(), add_dummy_prefix: bool = True, remove_extra_whitespaces: bool = False):
         _check_str("unk_token", unk_token, non_empty=True)
+        if isinstance(control_tokens, str) or not all(isinstance(t, str) and t for t in control_tokens):
+            raise TypeError(f"control_tokens must be a list of non-empty strings, got {control_tokens!r}")
+        self.control_tokens = list(control_tokens)
+        self.add_dummy_prefix = _check_bool("add_dummy_prefix", add_dummy_prefix)
+        self.remove_extra_whitespaces = _check_bool("remove_extra_whitespaces", remove_extra_whitespaces)
         pieces = {} if pieces is None else pieces
         if not isinstance(pieces, Mapping):
             raise TypeError(f"pieces must be a dict {{piece: log_prob}}, got {_type_name(pieces)}")
@@ -211,17 +109,23 @@ class UnigramTokenizer:
             if not math.isfinite(lp):
                 raise ValueError(f"pieces[{piece!r}] = {lp}; log-probabilities must be finite")
             checked[piece] = float(lp)
-        if unk_token in checked:
-            raise ValueError(f"the unknown token {unk_token!r} cannot also be a piece")
+        reserved = [unk_token, *self.control_tokens]
+        for k, token in enumerate(reserved):
+            if token in checked:
+                raise ValueError(f"the unknown or control token {token!r} cannot also be a piece")
+            if token in reserved[:k]:
+                raise ValueError(f"{token!r} is named twice among the unknown and control tokens")
         self.unk_token = unk_token
         self.history: list[tuple[int, float]] = []
         self._set_pieces(checked)
 
     def _set_pieces(self, pieces: dict[str, float]) -> None:
         self.pieces: dict[str, float] = pieces
-        self._id_to_piece = [self.unk_token, *pieces]
+        self._id_to_piece = [self.unk_token, *self.control_tokens, *pieces]
         self.vocab: dict[str, int] = {p: i for i, p in enumerate(self._id_to_piece)}
         self._max_len = max((len(p) for p in pieces), default=0)
+        self._scores32 = {p: float32(lp) for p, lp in pieces.items()}
+        self._unk_score32 = float32(min(self._scores32.values(), default=0.0) - UNK_PENALTY)
 
     @classmethod
     def from_pieces(cls, pieces: Mapping[str, float], unk_token: str = "<unk>") -> UnigramTokenizer:
@@ -231,6 +135,29 @@ class UnigramTokenizer:
         (only differences matter there); :meth:`log_likelihood` treats them as given.
         """
         return cls(pieces, unk_token)
+
+    @classmethod
+    def from_sentencepiece(cls, model_file) -> UnigramTokenizer:
+        """The tokenizer of a SentencePiece Unigram ``.model`` file (a path, or its bytes), with its ids: its
+        :meth:`encode` gives ``SentencePieceProcessor.encode``'s ids and :meth:`decode` its text.
+
+        Book: Tokenizers, "Unigram". The file is parsed here (neither ``sentencepiece`` nor ``protobuf`` is
+        needed). ``ValueError`` naming the setting for what is not implemented: another model type, a
+        normaliser other than ``identity`` (SentencePiece's default is ``nmt_nfkc``), byte fallback,
+        user-defined or unused pieces, or ids laid out other than ``<unk>``, control tokens, pieces.
+        """
+        model = read_model_file(model_file)
+        where = "the model bytes" if isinstance(model_file, (bytes, bytearray)) else str(model_file)
+        check_supported(model, where)
+        types = [t for _, _, t in model.pieces]
+        n_reserved = 1 + sum(t == CONTROL for t in types)
+        if types[0] != UNKNOWN or UNKNOWN in types[1:] or any(t not in (UNKNOWN, CONTROL) for t in types[:n_reserved]):
+            raise ValueError(f"{where}: llmarch needs <unk> at id 0 and the control tokens right after it; the ids "
+                             f"0 to {n_reserved - 1} here are {[p for p, _, _ in model.pieces[:n_reserved]]}")
+        return cls({p: score for p, score, _ in model.pieces[n_reserved:]}, model.pieces[0][0],
+                   control_tokens=[p for p, _, _ in model.pieces[1:n_reserved]],
+                   add_dummy_prefix=model.add_dummy_prefix,
+                   remove_extra_whitespaces=model.remove_extra_whitespaces)
 
     @property
     def vocab_size(self) -> int:
@@ -516,52 +443,68 @@ class UnigramTokenizer:
 
     # ---- text
 
-    def _segment_word(self, word: str, alpha, rng) -> list[int]:
+    def _sample_ids(self, s: str, alpha: float, rng) -> list[int]:
+        """Sampled ids of the normalised text ``s``: each stretch of known characters by :meth:`sample`, each
+        run of characters that are not pieces as one ``unk_token`` id."""
         ids: list[int] = []
         run_start = 0
-        for k in range(len(word) + 1):
-            if k < len(word) and word[k] in self.pieces:
+        for k in range(len(s) + 1):
+            if k < len(s) and s[k] in self.pieces:
                 continue
             if k > run_start:  # a stretch of known characters
-                run = word[run_start:k]
-                pieces = self._viterbi(run)[0] if alpha is None else self.sample(run, alpha, rng)
-                ids.extend(self.vocab[p] for p in pieces)
-            if k < len(word):
-                ids.append(0)  # the unknown character: no piece can contain it
+                ids.extend(self.vocab[p] for p in self.sample(s[run_start:k], alpha, rng))
+            if k < len(s) and not (ids and ids[-1] == 0 and k == run_start):
+                ids.append(0)  # an unknown character, the first of its run
             run_start = k + 1
         return ids
 
     def tokenize(self, text: str, alpha: float | None = None, seed=None) -> list[str]:
-        """The pieces of :meth:`encode` (``unk_token`` for unknown characters)."""
+        """The pieces of :meth:`encode` (``unk_token`` for a run of unknown characters; SentencePiece shows
+        their text instead)."""
         return [self._id_to_piece[i] for i in self.encode(text, alpha, seed)]
 
     def encode(self, text: str, alpha: float | None = None, seed=None) -> list[int]:
-        """Ids of ``text``: each ``▁`` word by :meth:`viterbi`, or sampled with :meth:`sample` when ``alpha`` is set.
+        """Ids of ``text``: SentencePiece's best segmentation, or one sampled with :meth:`sample` when ``alpha``
+        is set.
 
-        Book: Tokenizers, "Unigram". ``"Hello world" -> ▁Hello ▁world``; unknown characters -> id 0
-        (``unk_token``); ``alpha``/``seed`` turn on subword regularisation.
+        Book: Tokenizers, "Unigram". ``"Hello world" -> ▁Hello ▁world``. The best path runs over the whole
+        normalised text in float32, as SentencePiece's (:func:`~llmarch.tokenizers.sentencepiece_compat.
+        best_path_ids`): a character that is not a piece is an edge of score ``min log p - 10``, and a run
+        of them is one ``unk_token`` id. ``alpha``/``seed`` turn on subword regularisation.
         """
         _check_str("text", text)
         if not self.pieces:
             raise ValueError("this UnigramTokenizer has no pieces yet: call train() or from_pieces()")
-        rng = None if alpha is None else _make_rng(seed)
-        ids: list[int] = []
-        for word in _sentencepiece_words(text):
-            ids.extend(self._segment_word(word, alpha, rng))
-        return ids
+        s = normalise(text, self.add_dummy_prefix, self.remove_extra_whitespaces)
+        if alpha is not None:
+            return self._sample_ids(s, alpha, _make_rng(seed))
+        return best_path_ids(s, self._scores32, self.vocab, self._max_len, self._unk_score32)
 
     def decode(self, ids) -> str:
-        """Concatenate the pieces, turn ``▁`` back into spaces and drop the one space added in front."""
+        """The text of ``ids``, as SentencePiece decodes: control tokens are dropped, ``unk_token`` becomes
+        ``" ⁇ "`` and ``▁`` a space. When the normaliser adds a ``▁`` in front or removes extra spaces, the
+        first piece loses a leading ``▁``; when it removes extra spaces, so does every piece until some text
+        has come out."""
         ids = _check_ids(ids, self.vocab_size)
-        text = "".join(_UNK_SURFACE if i == 0 else self._id_to_piece[i] for i in ids)
-        text = text.replace(_SPACE_SYMBOL, " ")
-        return text[1:] if text.startswith(" ") else text
+        out, at_start = [], self.add_dummy_prefix or self.remove_extra_whitespaces
+        for i in ids:
+            if 0 < i <= len(self.control_tokens):
+                continue
+            piece = UNK_SURFACE if i == 0 else self._id_to_piece[i]
+            if at_start and i != 0 and piece.startswith(SPACE_SYMBOL):
+                piece = piece[1:]
+            out.append(piece)
+            at_start = at_start and self.remove_extra_whitespaces and not piece
+        return "".join(out).replace(SPACE_SYMBOL, " ")
 
     # ---- files
 
     def save(self, path) -> None:
-        """A readable JSON file: ``unk_token``, then one ``[piece, log_prob]`` per line, in id order."""
-        header = {"type": "llmarch.UnigramTokenizer", "version": 1, "unk_token": self.unk_token}
+        """A readable JSON file: ``unk_token``, the control tokens and the normaliser's settings, then one
+        ``[piece, log_prob]`` per line, in id order."""
+        header = {"type": "llmarch.UnigramTokenizer", "version": 1, "unk_token": self.unk_token,
+                  "control_tokens": self.control_tokens, "add_dummy_prefix": self.add_dummy_prefix,
+                  "remove_extra_whitespaces": self.remove_extra_whitespaces}
         _write_json_lines(path, header, "pieces", [[p, lp] for p, lp in self.pieces.items()])
 
     @classmethod
@@ -570,7 +513,9 @@ class UnigramTokenizer:
         rows = data.get("pieces")
         if not isinstance(rows, list) or not all(isinstance(r, list) and len(r) == 2 for r in rows):
             raise ValueError(f"{path}: 'pieces' must be a list of [piece, log_prob]")
-        return cls({p: lp for p, lp in rows}, data.get("unk_token", "<unk>"))
+        return cls({p: lp for p, lp in rows}, data.get("unk_token", "<unk>"),
+                   control_tokens=data.get("control_tokens", []), add_dummy_prefix=data.get("add_dummy_prefix", True),
+                   remove_extra_whitespaces=data.get("remove_extra_whitespaces", False))
 
     def __repr__(self) -> str:
         return f"UnigramTokenizer(pieces={len(self.pieces)}, unk_token={self.unk_token!r})"
