@@ -70,20 +70,23 @@ def _bert_clean(text: str) -> str:
     return "".join(kept)
 
 
-def _bert_pretokenize(text: str, lowercase: bool) -> list[str]:
-    """BERT's basic tokenizer: clean the text (:func:`_bert_clean`), then split on whitespace; every
-    punctuation mark and CJK character is its own word."""
+def _bert_pretokenize(text: str, lowercase: bool, strip_accents: bool | None = None,
+                      split_chinese_chars: bool = True) -> list[str]:
+    """BERT's basic tokenizer: clean the text (:func:`_bert_clean`), lowercase it and strip its accents (NFD,
+    then drop the combining marks; ``strip_accents=None``: when lowercasing, as uncased BERT), then split on
+    whitespace; every punctuation mark and (with ``split_chinese_chars``) CJK ideograph is its own word."""
     text = _bert_clean(text)
     if lowercase:
-        text = unicodedata.normalize("NFD", text.lower())
-        text = "".join(ch for ch in text if unicodedata.category(ch) != "Mn")  # strip accents, as uncased BERT
+        text = text.lower()
+    if lowercase if strip_accents is None else strip_accents:
+        text = "".join(ch for ch in unicodedata.normalize("NFD", text) if unicodedata.category(ch) != "Mn")
     words, buf = [], []
     for ch in text:
         if ch == " ":  # after cleaning, the only whitespace left
             if buf:
                 words.append("".join(buf))
                 buf = []
-        elif _is_punctuation(ch) or _is_cjk(ch):
+        elif _is_punctuation(ch) or (split_chinese_chars and _is_cjk(ch)):
             if buf:
                 words.append("".join(buf))
                 buf = []
@@ -108,6 +111,9 @@ class WordPieceTokenizer:
     merged in training, in order; ``special_tokens`` (``unk_token`` first) are never split. Text is
     pre-tokenised as BERT's basic tokenizer does: split on whitespace, every punctuation character and CJK
     ideograph is a word of its own (``lowercase=True`` also lowercases and strips accents, as uncased BERT).
+    ``strip_accents`` (``None``: as ``lowercase``) and ``tokenize_chinese_chars`` are the options of the same
+    names of Hugging Face's ``BertTokenizer``, with its defaults; ids and tokens equal its own (tested against
+    ``transformers``' Python and Rust BERT tokenizers).
 
     >>> tok = WordPieceTokenizer().train({"hug": 10, "pug": 5, "pun": 12, "bun": 4, "hugs": 5}, 14)
     >>> tok.merges[:2]
@@ -123,8 +129,14 @@ class WordPieceTokenizer:
         lowercase: bool = False,
         max_input_chars_per_word: int = 100,
         special_tokens=(),
+        strip_accents: bool | None = None,
+        tokenize_chinese_chars: bool = True,
     ):
         _check_str("unk_token", unk_token, non_empty=True)
+        if strip_accents is not None and not isinstance(strip_accents, bool):
+            raise TypeError(f"strip_accents must be True, False or None, got {_type_name(strip_accents)}")
+        if not isinstance(tokenize_chinese_chars, bool):
+            raise TypeError(f"tokenize_chinese_chars must be a bool, got {_type_name(tokenize_chinese_chars)}")
         if not isinstance(lowercase, bool):
             raise TypeError(f"lowercase must be a bool, got {_type_name(lowercase)}")
         _check_int("max_input_chars_per_word", max_input_chars_per_word, minimum=1)
@@ -147,6 +159,8 @@ class WordPieceTokenizer:
         ) if self.special_tokens else None
         self.unk_token = unk_token
         self.lowercase = lowercase
+        self.strip_accents = strip_accents
+        self.tokenize_chinese_chars = tokenize_chinese_chars
         self.max_input_chars_per_word = max_input_chars_per_word
         self.vocab: dict[str, int] = {tok: i for i, tok in enumerate(tokens)}
         self._id_to_token = tokens
@@ -173,7 +187,7 @@ class WordPieceTokenizer:
         pair). Unlike BPE's raw frequency, the score prefers pairs whose parts are rare on their own.
         """
         if isinstance(text_or_word_counts, str):
-            word_counts = dict(Counter(_bert_pretokenize(text_or_word_counts, self.lowercase)))
+            word_counts = dict(Counter(self._pretokenize(text_or_word_counts)))
         else:
             word_counts = _check_word_counts(text_or_word_counts, "text_or_word_counts")
         _check_int("vocab_size", vocab_size)
@@ -214,9 +228,13 @@ class WordPieceTokenizer:
             if new not in known:
                 known.add(new)
                 tokens.append(new)
-        self.__init__(tokens, self.unk_token, self.lowercase, self.max_input_chars_per_word, specials)
+        self.__init__(tokens, self.unk_token, self.lowercase, self.max_input_chars_per_word, specials,
+                      self.strip_accents, self.tokenize_chinese_chars)
         self.merges = merges
         return self
+
+    def _pretokenize(self, text: str) -> list[str]:
+        return _bert_pretokenize(text, self.lowercase, self.strip_accents, self.tokenize_chinese_chars)
 
     def _tokenize_word(self, word: str) -> list[str]:
         if len(word) > self.max_input_chars_per_word:
@@ -257,7 +275,7 @@ class WordPieceTokenizer:
             if k % 2:
                 tokens.append(part)
             else:
-                tokens.extend(p for word in _bert_pretokenize(part, self.lowercase) for p in self._tokenize_word(word))
+                tokens.extend(p for word in self._pretokenize(part) for p in self._tokenize_word(word))
         return tokens
 
     def encode(self, text: str) -> list[int]:
@@ -287,6 +305,8 @@ class WordPieceTokenizer:
             "version": 1,
             "unk_token": self.unk_token,
             "lowercase": self.lowercase,
+            "strip_accents": self.strip_accents,
+            "tokenize_chinese_chars": self.tokenize_chinese_chars,
             "max_input_chars_per_word": self.max_input_chars_per_word,
             "special_tokens": self.special_tokens,
             "merges": [list(m) for m in self.merges],
@@ -302,6 +322,8 @@ class WordPieceTokenizer:
             data.get("lowercase", False),
             data.get("max_input_chars_per_word", 100),
             data.get("special_tokens", ()),
+            data.get("strip_accents"),
+            data.get("tokenize_chinese_chars", True),
         )
         tok.merges = [tuple(m) for m in data.get("merges", [])]
         return tok
