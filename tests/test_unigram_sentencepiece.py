@@ -136,6 +136,8 @@ def test_unsupported_models_are_refused_by_name(tmp_path):
             UnigramTokenizer.from_sentencepiece(train(f"m{len(message)}", **options))
     with pytest.raises(ValueError, match="not a SentencePiece model"):
         UnigramTokenizer.from_sentencepiece(b"\x0a\x05hello\xff\xff")
+    with pytest.raises(TypeError, match="path or bytes"):
+        UnigramTokenizer.from_sentencepiece(None)
     with pytest.raises(FileNotFoundError, match="no SentencePiece model file"):
         UnigramTokenizer.from_sentencepiece(tmp_path / "missing.model")
 

@@ -10,6 +10,7 @@ format) itself, so that neither ``sentencepiece`` nor ``protobuf`` is needed. Th
 
 from __future__ import annotations
 
+import os
 import re
 import struct
 from dataclasses import dataclass, field
@@ -145,6 +146,8 @@ def read_model_file(path_or_bytes) -> SentencePieceModel:
     add_dummy_prefix 3, remove_extra_whitespaces 4, escape_whitespaces 5)."""
     if isinstance(path_or_bytes, (bytes, bytearray)):
         data, where = bytes(path_or_bytes), "the model bytes"
+    elif not isinstance(path_or_bytes, (str, os.PathLike)):
+        raise TypeError(f"a SentencePiece model is a path or bytes, got {type(path_or_bytes).__name__}")
     else:
         where = str(path_or_bytes)
         if not Path(where).is_file():
