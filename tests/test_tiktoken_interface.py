@@ -198,3 +198,21 @@ def test_encode_with_unstable_equals_tiktoken(oracles, name):
             assert sorted(map(tuple, completions)) == sorted(map(tuple, ref_completions)), (text, allowed)
     with pytest.raises(ValueError):
         enc.encode_with_unstable("a <|endoftext|>")
+
+
+@pytest.mark.parametrize("name", ["gpt2", "o200k_harmony"])
+def test_encoding_encode_iterable_equals_tiktoken_encode(oracles, name):
+    """``Encoding.encode_iterable`` (llmarch's addition) on random chunkings equals tiktoken's ``encode`` of
+    the whole text, special-token rules included (a disallowed special token split across chunks raises)."""
+    enc, ref = ours.get_encoding(name), oracles[name]
+    rng = random.Random(5)
+    pieces = ["ab", " ", "  ", "\n", "\t", "'ll", "12345", "é", "🙂", "<|endoftext|>", "<|endo", "ftext|>", "\r\n"]
+    for _ in range(200):
+        text = "".join(rng.choice(pieces) for _ in range(rng.randrange(0, 12)))
+        cuts = sorted(rng.sample(range(len(text) + 1), min(3, len(text) + 1)))
+        chunks = [text[a:b] for a, b in zip([0, *cuts], [*cuts, len(text)])]
+        for allowed, disallowed in (("all", "all"), (set(), ()), (set(), "all")):
+            expected = _outcome(lambda: ref.encode(text, allowed_special=allowed, disallowed_special=disallowed))
+            got = _outcome(lambda: list(enc.encode_iterable(iter(chunks), allowed_special=allowed,
+                                                            disallowed_special=disallowed)))
+            assert got == expected, (chunks, allowed, disallowed)

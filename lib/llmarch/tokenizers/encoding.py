@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import bisect
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 
 import regex
 
@@ -85,6 +85,14 @@ class Encoding:
         text of one in ``disallowed_special`` (``"all"``: every one not allowed) raises ``ValueError``; one in
         neither is ordinary text. A lone surrogate is encoded as U+FFFD, a surrogate pair as its character."""
         return self._bpe.encode(text, allowed_special=allowed_special, disallowed_special=disallowed_special)
+
+    def encode_iterable(self, chunks: Iterable[str], *, allowed_special=frozenset(),
+                        disallowed_special="all") -> Iterator[int]:
+        """Not in tiktoken: :meth:`encode` of the concatenated ``chunks`` (the lines of an open file, say),
+        lazily and in bounded memory, with the same ids on any chunking
+        (:meth:`~llmarch.tokenizers.BPETokenizer.encode_iterable`)."""
+        return self._bpe.encode_iterable(chunks, allowed_special=allowed_special,
+                                         disallowed_special=disallowed_special)
 
     def encode_batch(self, text: list[str], *, num_threads: int = 8, allowed_special=frozenset(),
                      disallowed_special="all") -> list[list[int]]:
