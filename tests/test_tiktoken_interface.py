@@ -216,3 +216,29 @@ def test_encoding_encode_iterable_equals_tiktoken_encode(oracles, name):
             got = _outcome(lambda: list(enc.encode_iterable(iter(chunks), allowed_special=allowed,
                                                             disallowed_special=disallowed)))
             assert got == expected, (chunks, allowed, disallowed)
+
+
+def test_wrong_argument_types_raise_as_in_tiktoken(oracles):
+    """Ids are read through ``__index__`` (a float or str id: ``TypeError``; numpy ints and bools pass), and
+    ``allowed_special`` must be ``"all"`` or a set: a list or tuple raises ``TypeError`` as in tiktoken, where
+    code that passes one under a lenient library would break."""
+    import numpy as np
+
+    enc, ref = ours.get_encoding("cl100k_base"), oracles["cl100k_base"]
+    for ids in ([1.0], ["a"], [True, 2], (1, 2), np.array([1, 2]), [np.int64(5)], [np.float32(3)]):
+        for method in ("decode", "decode_bytes", "decode_tokens_bytes", "decode_with_offsets"):
+            assert _outcome(lambda: getattr(enc, method)(ids)) == _outcome(lambda: getattr(ref, method)(ids))
+        one = ids[0]
+        assert _outcome(lambda: enc.decode_single_token_bytes(one)) == _outcome(
+            lambda: ref.decode_single_token_bytes(one))
+    text = "<|endoftext|> x"
+    for allowed in (["<|endoftext|>"], ("<|endoftext|>",), {"<|endoftext|>"}, frozenset(), "all", "<|endoftext|>"):
+        for disallowed in ("all", ()):
+            for method in ("encode", "encode_to_numpy", "encode_with_unstable"):
+                expected = _outcome(lambda: getattr(ref, method)(text, allowed_special=allowed,
+                                                                 disallowed_special=disallowed))
+                got = _outcome(lambda: getattr(enc, method)(text, allowed_special=allowed,
+                                                            disallowed_special=disallowed))
+                if method == "encode_with_unstable" and isinstance(expected, tuple):  # completions: a set
+                    expected, got = (expected[0], sorted(expected[1])), (got[0], sorted(got[1]))
+                assert got == expected, (method, allowed, disallowed)

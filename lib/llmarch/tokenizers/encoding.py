@@ -18,6 +18,7 @@ the pattern is pinned to Unicode 16.0 (:func:`~llmarch.tokenizers.pin_unicode`, 
 from __future__ import annotations
 
 import bisect
+import operator
 import threading
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 
@@ -38,6 +39,22 @@ class _TokenBytes(dict):
         if isinstance(token, int) and not 0 <= token < 2**32:
             raise OverflowError(f"token id {token} does not fit an unsigned 32-bit integer")
         raise KeyError(token)
+
+
+def _check_allowed(allowed_special):
+    """tiktoken's rule: ``allowed_special`` is ``"all"`` or a ``set``/``frozenset`` (a list raises there too)."""
+    if allowed_special != "all" and not isinstance(allowed_special, (set, frozenset)):
+        raise TypeError(f"allowed_special must be 'all' or a set, got {type(allowed_special).__name__}")
+    return allowed_special
+
+
+def _as_ids(tokens) -> Sequence[int]:
+    """``tokens`` as ids, read as tiktoken's Rust side reads them (through ``__index__``): a float or a str
+    raises ``TypeError``; a numpy integer or a bool is accepted."""
+    tokens = tokens if isinstance(tokens, (list, tuple)) else list(tokens)
+    if all(type(t) is int for t in tokens):
+        return tokens
+    return [operator.index(t) for t in tokens]
 
 
 class Encoding:
@@ -84,14 +101,15 @@ class Encoding:
         """The ids of ``text``. A special token in ``allowed_special`` (a set, or ``"all"``) becomes its id; the
         text of one in ``disallowed_special`` (``"all"``: every one not allowed) raises ``ValueError``; one in
         neither is ordinary text. A lone surrogate is encoded as U+FFFD, a surrogate pair as its character."""
-        return self._bpe.encode(text, allowed_special=allowed_special, disallowed_special=disallowed_special)
+        return self._bpe.encode(text, allowed_special=_check_allowed(allowed_special),
+                                disallowed_special=disallowed_special)
 
     def encode_iterable(self, chunks: Iterable[str], *, allowed_special=frozenset(),
                         disallowed_special="all") -> Iterator[int]:
         """Not in tiktoken: :meth:`encode` of the concatenated ``chunks`` (the lines of an open file, say),
         lazily and in bounded memory, with the same ids on any chunking
         (:meth:`~llmarch.tokenizers.BPETokenizer.encode_iterable`)."""
-        return self._bpe.encode_iterable(chunks, allowed_special=allowed_special,
+        return self._bpe.encode_iterable(chunks, allowed_special=_check_allowed(allowed_special),
                                          disallowed_special=disallowed_special)
 
     def encode_batch(self, text: list[str], *, num_threads: int = 8, allowed_special=frozenset(),
@@ -137,7 +155,7 @@ class Encoding:
         ``UnicodeEncodeError``, as in tiktoken.
         """
         bpe = self._bpe
-        allowed, disallowed = bpe._special_sets(allowed_special, disallowed_special)
+        allowed, disallowed = bpe._special_sets(_check_allowed(allowed_special), disallowed_special)
         bpe._raise_if_disallowed(disallowed, text)
         text.encode("utf-8")
         ids: list[int] = []
@@ -246,7 +264,7 @@ class Encoding:
 
     def decode_bytes(self, tokens: Sequence[int]) -> bytes:
         """The bytes of ``tokens``; ``KeyError`` for an id no token has."""
-        return b"".join(map(self._decoder.__getitem__, tokens))
+        return b"".join(map(self._decoder.__getitem__, _as_ids(tokens)))
 
     def decode(self, tokens: Sequence[int], errors: str = "replace") -> str:
         """The text of ``tokens``; bytes that are not UTF-8 become U+FFFD (``errors="replace"``)."""
@@ -254,11 +272,11 @@ class Encoding:
 
     def decode_single_token_bytes(self, token: int) -> bytes:
         """The bytes of one token (ordinary or special); ``KeyError`` if no token has this id."""
-        return self._decoder[token]
+        return self._decoder[operator.index(token)]
 
     def decode_tokens_bytes(self, tokens: Sequence[int]) -> list[bytes]:
         """The bytes of each token."""
-        return [self._decoder[t] for t in tokens]
+        return [self._decoder[t] for t in _as_ids(tokens)]
 
     def decode_with_offsets(self, tokens: Sequence[int]) -> tuple[str, list[int]]:
         """The text and, for each token, the index of the first character that holds one of its bytes.
