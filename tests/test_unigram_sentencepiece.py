@@ -172,3 +172,16 @@ def test_train(models):
     for line in _corpus()[:120_000].split("\n")[:400]:
         ids = tok.encode(line)
         assert ids == sp.encode(line) and tok.decode(ids) == sp.decode(ids), repr(line)
+
+
+def test_training_uses_the_tokenizers_own_normaliser():
+    """Trained with SentencePiece's whitespace rule and control tokens, llmarch keeps both: EM counts the words
+    of the collapsed text (no word that is a lone ``▁``), ids 1 and 2 are the control tokens and never come
+    out of ``encode``."""
+    text = "  the cat   sat on  the mat  \n the  dog sat   on the log " * 40
+    tok = UnigramTokenizer(control_tokens=["<s>", "</s>"], remove_extra_whitespaces=True)
+    assert tok._word_counts(text) == Counter("\u2581" + w for w in text.split(" ") if w)
+    tok.train(text, 40)
+    assert tok.vocab["<s>"] == 1 and tok.vocab["</s>"] == 2
+    ids = tok.encode("  the   cat sat  ")
+    assert 1 not in ids and 2 not in ids and tok.decode(ids) == "the cat sat"

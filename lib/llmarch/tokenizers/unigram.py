@@ -28,7 +28,6 @@ from ._common import (
     _type_name,
     _write_json_lines,
 )
-from .unigram_lattice import _best_splits, _build_lattices, _drop_rows, _forward_backward
 from .sentencepiece_compat import (
     CONTROL,
     SPACE_SYMBOL,
@@ -41,6 +40,7 @@ from .sentencepiece_compat import (
     normalise,
     read_model_file,
 )
+from .unigram_lattice import _best_splits, _build_lattices, _drop_rows, _forward_backward
 
 _MIN_LOG_PROB = math.log(sys.float_info.min)  # about -708: the floor for a character EM would round to 0
 
@@ -55,17 +55,9 @@ def _logsumexp(values: list[float]) -> float:
 
 
 def _words(s: str) -> list[str]:
-    """A normalised text cut before every ``▁``: ``"▁a▁▁b" -> ["▁a", "▁", "▁b"]``."""
+    """A normalised text cut before every ``▁``: ``"▁a▁▁b" -> ["▁a", "▁", "▁b"]`` (the words EM trains on)."""
     starts = sorted({0, *(i for i, ch in enumerate(s) if ch == SPACE_SYMBOL)}) if s else []
     return [s[a:b] for a, b in zip(starts, starts[1:] + [len(s)])]
-
-
-def _sentencepiece_words(text: str) -> list[str]:
-    """Spaces become ``▁``, one ``▁`` goes in front, a new word starts at every ``▁``.
-
-    ``"a  b" -> ["▁a", "▁", "▁b"]``
-    """
-    return _words(normalise(text))
 
 
 class UnigramTokenizer:
@@ -267,7 +259,8 @@ class UnigramTokenizer:
 
     def _word_counts(self, text_or_word_counts) -> dict[str, int]:
         if isinstance(text_or_word_counts, str):
-            counts = dict(Counter(_sentencepiece_words(text_or_word_counts)))
+            text = normalise(text_or_word_counts, self.add_dummy_prefix, self.remove_extra_whitespaces)
+            counts = dict(Counter(_words(text)))
         else:
             counts = _check_word_counts(text_or_word_counts, "text_or_word_counts")
         return counts
