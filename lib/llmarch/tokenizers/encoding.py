@@ -128,7 +128,7 @@ class Encoding:
         import numpy as np
 
         ids = self.encode(text, allowed_special=allowed_special, disallowed_special=disallowed_special)
-        text.encode("utf-8")
+        text.encode("utf-8")  # UnicodeEncodeError for a surrogate, as tiktoken's Rust side gives
         return np.array(ids, dtype=np.uint32)
 
     def encode_single_token(self, text_or_bytes: str | bytes) -> int:
@@ -157,7 +157,7 @@ class Encoding:
         bpe = self._bpe
         allowed, disallowed = bpe._special_sets(_check_allowed(allowed_special), disallowed_special)
         bpe._raise_if_disallowed(disallowed, text)
-        text.encode("utf-8")
+        text.encode("utf-8")  # UnicodeEncodeError for a surrogate, as tiktoken's Rust side gives
         ids: list[int] = []
         last = 0  # how many of the ids come from the last pre-token (0: a special token ends the text)
         for part, is_special in bpe._split_special(text, allowed):
