@@ -81,8 +81,12 @@ def best_path_ids(s: str, scores32: dict[str, float], ids: dict[str, int], max_l
     while end > 0:
         path.append(chosen[end])
         end = back[end]
-    path.reverse()
-    return [i for k, i in enumerate(path) if not (i == unk_id and k > 0 and path[k - 1] == unk_id)]
+    return merge_unknown_runs(path[::-1], unk_id)
+
+
+def merge_unknown_runs(ids: list[int], unk_id: int = 0) -> list[int]:
+    """Each run of ``unk_id`` as one, as SentencePiece's processor merges them: ``[5, 0, 0, 7] -> [5, 0, 7]``."""
+    return [i for k, i in enumerate(ids) if not (i == unk_id and k > 0 and ids[k - 1] == unk_id)]
 
 
 # ---- model files

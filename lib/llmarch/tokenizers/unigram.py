@@ -21,6 +21,7 @@ from ._common import (
     _check_bool,
     _check_ids,
     _check_int,
+    _check_special_tokens,
     _check_str,
     _check_word_counts,
     _make_rng,
@@ -37,6 +38,7 @@ from .sentencepiece_compat import (
     best_path_ids,
     check_supported,
     float32,
+    merge_unknown_runs,
     normalise,
     read_model_file,
 )
@@ -85,9 +87,7 @@ class UnigramTokenizer:
     def __init__(self, pieces: Mapping[str, float] | None = None, unk_token: str = "<unk>", *,
                  control_tokens=(), add_dummy_prefix: bool = True, remove_extra_whitespaces: bool = False):
         _check_str("unk_token", unk_token, non_empty=True)
-        if isinstance(control_tokens, str) or not all(isinstance(t, str) and t for t in control_tokens):
-            raise TypeError(f"control_tokens must be a list of non-empty strings, got {control_tokens!r}")
-        self.control_tokens = list(control_tokens)
+        self.control_tokens = _check_special_tokens(control_tokens, "control_tokens")
         self.add_dummy_prefix = _check_bool("add_dummy_prefix", add_dummy_prefix)
         self.remove_extra_whitespaces = _check_bool("remove_extra_whitespaces", remove_extra_whitespaces)
         pieces = {} if pieces is None else pieces
@@ -101,12 +101,11 @@ class UnigramTokenizer:
             if not math.isfinite(lp):
                 raise ValueError(f"pieces[{piece!r}] = {lp}; log-probabilities must be finite")
             checked[piece] = float(lp)
-        reserved = [unk_token, *self.control_tokens]
-        for k, token in enumerate(reserved):
+        if unk_token in self.control_tokens:
+            raise ValueError(f"the unknown token {unk_token!r} cannot also be a control token")
+        for token in (unk_token, *self.control_tokens):
             if token in checked:
                 raise ValueError(f"the unknown or control token {token!r} cannot also be a piece")
-            if token in reserved[:k]:
-                raise ValueError(f"{token!r} is named twice among the unknown and control tokens")
         self.unk_token = unk_token
         self.history: list[tuple[int, float]] = []
         self._set_pieces(checked)
@@ -446,10 +445,10 @@ class UnigramTokenizer:
                 continue
             if k > run_start:  # a stretch of known characters
                 ids.extend(self.vocab[p] for p in self.sample(s[run_start:k], alpha, rng))
-            if k < len(s) and not (ids and ids[-1] == 0 and k == run_start):
-                ids.append(0)  # an unknown character, the first of its run
+            if k < len(s):
+                ids.append(0)  # an unknown character
             run_start = k + 1
-        return ids
+        return merge_unknown_runs(ids)
 
     def tokenize(self, text: str, alpha: float | None = None, seed=None) -> list[str]:
         """The pieces of :meth:`encode` (``unk_token`` for a run of unknown characters; SentencePiece shows
