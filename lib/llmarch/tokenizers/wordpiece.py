@@ -17,6 +17,7 @@ from collections.abc import Iterable
 from fractions import Fraction
 
 from ._common import (
+    _check_bool,
     _check_ids,
     _check_int,
     _check_special_tokens,
@@ -71,10 +72,10 @@ def _bert_clean(text: str) -> str:
 
 
 def _bert_pretokenize(text: str, lowercase: bool, strip_accents: bool | None = None,
-                      split_chinese_chars: bool = True) -> list[str]:
+                      tokenize_chinese_chars: bool = True) -> list[str]:
     """BERT's basic tokenizer: clean the text (:func:`_bert_clean`), lowercase it and strip its accents (NFD,
     then drop the combining marks; ``strip_accents=None``: when lowercasing, as uncased BERT), then split on
-    whitespace; every punctuation mark and (with ``split_chinese_chars``) CJK ideograph is its own word."""
+    whitespace; every punctuation mark and (with ``tokenize_chinese_chars``) CJK ideograph is its own word."""
     text = _bert_clean(text)
     if lowercase:
         text = text.lower()
@@ -86,7 +87,7 @@ def _bert_pretokenize(text: str, lowercase: bool, strip_accents: bool | None = N
             if buf:
                 words.append("".join(buf))
                 buf = []
-        elif _is_punctuation(ch) or (split_chinese_chars and _is_cjk(ch)):
+        elif _is_punctuation(ch) or (tokenize_chinese_chars and _is_cjk(ch)):
             if buf:
                 words.append("".join(buf))
                 buf = []
@@ -135,8 +136,7 @@ class WordPieceTokenizer:
         _check_str("unk_token", unk_token, non_empty=True)
         if strip_accents is not None and not isinstance(strip_accents, bool):
             raise TypeError(f"strip_accents must be True, False or None, got {_type_name(strip_accents)}")
-        if not isinstance(tokenize_chinese_chars, bool):
-            raise TypeError(f"tokenize_chinese_chars must be a bool, got {_type_name(tokenize_chinese_chars)}")
+        _check_bool("tokenize_chinese_chars", tokenize_chinese_chars)
         if not isinstance(lowercase, bool):
             raise TypeError(f"lowercase must be a bool, got {_type_name(lowercase)}")
         _check_int("max_input_chars_per_word", max_input_chars_per_word, minimum=1)
